@@ -1,0 +1,92 @@
+"""The Bailing hub: a governance hub for local AI agents working inside business systems."""
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from flask import Flask, render_template
+
+from .config import PROJECT_ROOT, Settings
+from .db import Database
+from .errors import is_api_path, register_error_handlers
+
+
+@dataclass
+class Hub:
+    """What every request and command reaches through app.extensions["bailing"]."""
+
+    settings: Settings
+    db: Database
+
+
+def create_app(test_config: dict | None = None) -> Flask:
+    """Build the app. `test_config` overrides Settings fields, e.g. {"database_url": ...}.
+    Nothing here touches the database: it is reached on first use, and never migrated here."""
+    settings = Settings.from_env()
+    if test_config:
+        settings = settings.replace(**test_config)
+
+    app = Flask(
+        __name__,
+        template_folder=str(PROJECT_ROOT / "templates"),
+        static_folder=str(PROJECT_ROOT / "static"),
+    )
+    app.config.update(
+        SECRET_KEY=settings.secret_key or _local_secret_key(settings.data_dir),
+        MAX_CONTENT_LENGTH=None,  # bodies are limited per endpoint while they are read
+        JSON_SORT_KEYS=False,
+    )
+    app.json.sort_keys = False
+    app.extensions["bailing"] = Hub(settings=settings, db=Database(settings))
+
+    register_error_handlers(app)
+    from .api import admin_api, agent_auth
+    from .health import bp as health_bp
+
+    app.register_blueprint(health_bp)
+    app.register_blueprint(agent_auth.bp)
+    app.register_blueprint(admin_api.bp)
+
+    @app.get("/")
+    def index():
+        return render_template("index.html")
+
+    @app.after_request
+    def _headers(response):
+        from flask import request
+
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        if is_api_path(request.path):
+            response.headers["Cache-Control"] = "no-store"
+        else:
+            response.headers.setdefault(
+                "Content-Security-Policy",
+                "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+            )
+            response.headers.setdefault("X-Frame-Options", "DENY")
+            response.headers.setdefault("Referrer-Policy", "same-origin")
+        return response
+
+    return app
+
+
+def _local_secret_key(data_dir: Path) -> str:
+    """With no BAILING_SECRET_KEY, a random key kept in the data folder (mode 0600), so cookies
+    survive restarts and are shared by every worker without a secret in the repository."""
+    path = Path(data_dir) / "secret_key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another worker won the race; use its key
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key)
+    return key

@@ -1,0 +1,1 @@
+"""Thin JSON blueprints: parse, call one service, answer."""

@@ -1,0 +1,52 @@
+"""Bearer checks for the API blueprints. Each opens the request's one database transaction and
+keeps it in `g.db`, so a refusal anywhere in the view rolls back everything the request did."""
+from __future__ import annotations
+
+from functools import wraps
+
+from flask import current_app, g, request
+
+from ..errors import ApiError, unauthorized
+from ..identity.admins import authenticate_admin_token
+from ..identity.roles import permissions_of
+from ..identity.sessions import authenticate_access
+from ..identity.tokens import bearer_from_header
+
+
+def database():
+    return current_app.extensions["bailing"].db
+
+
+def agent_session_required(view):
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        bearer = bearer_from_header(request.headers.get("Authorization"))
+        with database().session() as db:
+            session = authenticate_access(db, bearer)
+            if session is None:
+                raise unauthorized()
+            g.db, g.agent_session = db, session
+            return view(*args, **kwargs)
+
+    return wrapper
+
+
+def admin_permission_required(permission: str | None):
+    """A personal admin token whose role holds `permission` (None: any signed-in admin)."""
+
+    def decorate(view):
+        @wraps(view)
+        def wrapper(*args, **kwargs):
+            bearer = bearer_from_header(request.headers.get("Authorization"))
+            with database().session() as db:
+                admin = authenticate_admin_token(db, bearer)
+                if admin is None:
+                    raise unauthorized()
+                if permission is not None and permission not in permissions_of(admin.role):
+                    raise ApiError(403, "forbidden", f"This requires the {permission} permission.")
+                g.db, g.admin = db, admin
+                return view(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,59 @@
+"""Reading a JSON request body without trusting it.
+
+The limit is enforced while reading: a declared Content-Length over the limit is refused before a
+byte is read, and a chunked body is refused as soon as it passes the limit, so an oversized
+request never sits whole in memory. The JSON itself is parsed strictly (no duplicate keys, no
+NaN), and must be an object.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from flask import request
+
+from ..errors import ApiError
+from ..validation import strict_json_loads
+
+CHUNK = 64 * 1024
+
+TooLarge = Callable[[int, int], ApiError]
+
+
+def default_too_large(max_bytes: int, observed: int) -> ApiError:
+    return ApiError(413, "request_too_large", f"The request body exceeds {max_bytes} bytes.",
+                    max_bytes=max_bytes, observed_bytes=observed)
+
+
+def read_raw(max_bytes: int, too_large: TooLarge = default_too_large) -> bytes:
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise too_large(max_bytes, 0)
+    stream = request.stream
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        chunk = stream.read(min(CHUNK, max_bytes + 1 - total))
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > max_bytes:
+            raise too_large(max_bytes, total)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def read_json_object(max_bytes: int, too_large: TooLarge = default_too_large) -> dict:
+    mimetype = request.mimetype
+    if mimetype != "application/json":
+        raise ApiError(415, "unsupported_media_type", "Send the body as application/json.")
+    charset = request.mimetype_params.get("charset", "utf-8").lower()
+    if charset not in ("utf-8", "utf8"):
+        raise ApiError(415, "unsupported_media_type", "JSON bodies must be UTF-8.")
+    raw = read_raw(max_bytes, too_large)
+    try:
+        value = strict_json_loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ApiError(400, "invalid_request", "The body is not valid JSON.") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "invalid_request", "The body must be a JSON object.")
+    return value

@@ -1,0 +1,239 @@
+"""`bailing-admin`: Flask's own commands (run, routes, shell) beside the hub's.
+
+Every hub command prints JSON on stdout; a refusal prints a JSON error on stderr and exits 1.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from functools import wraps
+from pathlib import Path
+
+import click
+from flask import current_app
+from flask.cli import FlaskGroup, with_appcontext
+
+from . import create_app, migrations
+from .errors import ApiError, invalid_request
+from .validation import Invalid, strict_json_loads
+
+
+def _hub():
+    return current_app.extensions["bailing"]
+
+
+def _emit(payload: dict) -> None:
+    click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+
+
+def _fail(code: str, message: str, **extra) -> None:
+    click.echo(json.dumps({"error": code, "message": message, **extra}, indent=2,
+                          ensure_ascii=False), err=True)
+    sys.exit(1)
+
+
+def hub_command(func):
+    """Run inside the app context and turn every expected failure into a JSON error."""
+
+    @with_appcontext
+    @wraps(func)
+    def wrapper(*args, **kwargs):
+        import psycopg
+        from sqlalchemy.exc import OperationalError, ProgrammingError
+
+        try:
+            return func(*args, **kwargs)
+        except ApiError as err:
+            _fail(err.code, err.message, **err.extra)
+        except Invalid as err:
+            body = invalid_request(err)
+            _fail(body.code, body.message, **body.extra)
+        except migrations.MigrationError as err:
+            _fail("migration_error", str(err))
+        except (OperationalError, psycopg.OperationalError) as err:
+            _fail("database_unavailable", f"Cannot reach the database: {str(err).splitlines()[0]}")
+        except ProgrammingError as err:
+            if "does not exist" in str(err):
+                _fail("schema_missing", "The schema is not there yet: run `bailing-admin db upgrade`.")
+            raise
+
+    return wrapper
+
+
+@click.group(cls=FlaskGroup, create_app=create_app)
+def main():
+    """Administer the Bailing hub."""
+
+
+# ------------------------------------------------------------------ db
+
+@main.group()
+def db():
+    """Schema migrations and the embedded database."""
+
+
+@db.command("upgrade")
+@click.option("--to", "to", metavar="NNN", help="Stop after migration NNN (e.g. 056).")
+@hub_command
+def db_upgrade(to):
+    """Apply pending sql/NNN_*.sql files, each in its own transaction."""
+    target = None
+    if to is not None:
+        if not (to.isdigit() and len(to) <= 3):
+            _fail("invalid_request", "--to takes a migration number such as 056")
+        target = int(to)
+    hub = _hub()
+    applied = migrations.upgrade(hub.db.conninfo(), hub.settings.sql_dir, to=target)
+    state = migrations.status(hub.db.conninfo(), hub.settings.sql_dir)
+    _emit({"applied": applied, "pending": [m.filename for m in state.pending]})
+
+
+@db.command("status")
+@hub_command
+def db_status():
+    """Show applied and pending migrations; exit 1 when the set is inconsistent."""
+    hub = _hub()
+    state = migrations.status(hub.db.conninfo(), hub.settings.sql_dir)
+    _emit(state.as_json())
+    if state.problems:
+        sys.exit(1)
+
+
+@db.command("stop")
+@hub_command
+def db_stop():
+    """Stop the embedded PostgreSQL (it keeps running across processes until told)."""
+    from . import embedded_pg
+
+    hub = _hub()
+    if hub.settings.database_url:
+        _fail("invalid_request", "BAILING_DATABASE_URL is set: there is no embedded server to stop.")
+    hub.db.dispose()
+    _emit({"stopped": embedded_pg.stop(hub.settings.data_dir)})
+
+
+# ------------------------------------------------------------------ config
+
+@main.group()
+def config():
+    """Declarative configuration of client apps, routes and tool providers."""
+
+
+@config.command("apply")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@hub_command
+def config_apply(file: Path):
+    """Validate FILE (JSON or TOML) whole, then upsert it in one transaction."""
+    from .config_apply import apply, load_file
+
+    doc = load_file(file)
+    with _hub().db.session() as session:
+        report = apply(session, doc, file.resolve().parent)
+    _emit(report)
+
+
+# ------------------------------------------------------------------ clients
+
+@main.group()
+def clients():
+    """Client apps (business systems)."""
+
+
+@clients.command("token")
+@click.argument("app_id")
+@hub_command
+def clients_token(app_id: str):
+    """Issue or rotate APP_ID's Client Token; it is printed once."""
+    from .identity.clients import rotate_client_token
+
+    with _hub().db.session() as session:
+        _emit(rotate_client_token(session, app_id))
+
+
+# ------------------------------------------------------------------ sessions
+
+@main.group()
+def sessions():
+    """Agent Sessions."""
+
+
+@sessions.command("issue")
+@click.option("--client", "client_app_id", required=True, help="The client app_id.")
+@click.option("--routes", required=True, help="Comma-separated route keys.")
+@click.option("--principal", "principal_json", help='JSON, e.g. {"id": "user-42", "tenant": "t7"}.')
+@click.option("--on-behalf-of", "on_behalf_of", help="The subject sent to business tools.")
+@click.option("--access-ttl", type=int, default=None, help="Access token lifetime in seconds.")
+@click.option("--refresh-ttl", type=int, default=None, help="Session (refresh) lifetime in seconds.")
+@click.option("--device-label", default=None)
+@hub_command
+def sessions_issue(client_app_id, routes, principal_json, on_behalf_of, access_ttl, refresh_ttl,
+                   device_label):
+    """Issue an Agent Session directly (operators and tests; agents use the browser flow)."""
+    from .identity.sessions import issue_session
+
+    principal = None
+    if principal_json is not None:
+        try:
+            principal = strict_json_loads(principal_json)
+        except ValueError as err:
+            _fail("invalid_request", f"--principal is not valid JSON: {err}")
+    settings = _hub().settings
+    with _hub().db.session() as session:
+        _emit(issue_session(
+            session,
+            client_app_id=client_app_id,
+            routes=routes.split(","),
+            principal=principal,
+            on_behalf_of=on_behalf_of,
+            access_ttl=settings.access_token_ttl if access_ttl is None else access_ttl,
+            refresh_ttl=settings.refresh_token_ttl if refresh_ttl is None else refresh_ttl,
+            device_label=device_label,
+        ))
+
+
+@sessions.command("revoke")
+@click.argument("session_id")
+@hub_command
+def sessions_revoke(session_id: str):
+    """Revoke an Agent Session at once: its tokens stop working."""
+    from .identity.sessions import revoke_session
+
+    with _hub().db.session() as session:
+        _emit(revoke_session(session, session_id))
+
+
+# ------------------------------------------------------------------ admins
+
+@main.group()
+def admins():
+    """Console users and their API tokens."""
+
+
+@admins.command("create")
+@click.argument("username")
+@click.option("--role", required=True, help="admin, auditor, approver or support.")
+@click.option("--password-stdin", is_flag=True, required=True,
+              help="Read the password from standard input (never from the command line).")
+@hub_command
+def admins_create(username: str, role: str, password_stdin: bool):
+    """Create a console user."""
+    from .identity.admins import create_admin
+
+    password = sys.stdin.readline().rstrip("\r\n")
+    with _hub().db.session() as session:
+        _emit(create_admin(session, username, role, password))
+
+
+@admins.command("token")
+@click.argument("username")
+@hub_command
+def admins_token(username: str):
+    """Issue a personal admin API token (a bearer for /admin/api); it is printed once."""
+    from .identity.admins import issue_admin_token
+
+    with _hub().db.session() as session:
+        _emit(issue_admin_token(session, username))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,404 @@
+"""`bailing-admin config apply FILE`: validate a whole configuration, then upsert it at once.
+
+Everything is checked before anything is written, every bad field is reported with its path,
+and the upsert runs in one transaction under an advisory lock, so a file either lands whole or
+changes nothing, and two concurrent applies cannot interleave.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from .canonical import utc_now
+from .identity.models import ClientApp, Route, ToolProvider
+from .validation import Checker, Invalid, join, strict_json_loads
+
+# "bzconf" in ASCII: serialises concurrent applies.
+APPLY_LOCK_KEY = 0x627A636F6E66
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+
+CLIENT_FIELDS = ("app_id", "name", "allowed_routes", "enabled", "agent_authorize_url")
+ROUTE_FIELDS = ("route_key", "name", "description", "enabled", "audience", "target_config",
+                "agent_client", "tools", "permission")
+PROVIDER_FIELDS = ("name", "base_url", "openapi", "secret_env", "timeout_ms")
+
+
+# ---------------------------------------------------------------- loading
+
+def load_file(path: Path) -> dict:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise Invalid([("", f"cannot read {path}: {err.strerror}")]) from None
+    try:
+        if path.suffix.lower() == ".toml":
+            doc = tomllib.loads(raw.decode("utf-8"))
+        elif path.suffix.lower() == ".json":
+            doc = strict_json_loads(raw)
+        else:
+            raise Invalid([("", "the file must end in .json or .toml")])
+    except (ValueError, UnicodeDecodeError) as err:
+        raise Invalid([("", f"{path.name} is not valid {path.suffix[1:].upper()}: {err}")]) from None
+    if not isinstance(doc, dict):
+        raise Invalid([("", "the top level must be an object")])
+    return doc
+
+
+# ---------------------------------------------------------------- checks
+
+def _is_loopback_dev_url(host: str | None, port: int | None) -> bool:
+    if host is None or port is None:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_url(checker: Checker, value: Any, path: str, *, https_or_loopback: bool) -> str | None:
+    url = checker.string(value, path, min_len=1, max_len=2048, single_line=True)
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        checker.add(path, "is not a valid URL")
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        checker.add(path, "must be an http(s) URL with a host")
+    elif parts.username is not None or parts.password is not None:
+        checker.add(path, "must not carry credentials")
+    elif parts.fragment:
+        checker.add(path, "must not have a #fragment")
+    elif https_or_loopback and parts.scheme == "http" and not _is_loopback_dev_url(parts.hostname, port):
+        checker.add(path, "must be https, or http on 127.0.0.1 or ::1 with an explicit port")
+    else:
+        return url
+    return None
+
+
+def _operations(openapi: dict):
+    """(operationId, ACC or {}) for every operation of an OpenAPI document."""
+    paths = openapi.get("paths")
+    if not isinstance(paths, dict):
+        return
+    for item in paths.values():
+        if not isinstance(item, dict):
+            continue
+        for method in HTTP_METHODS:
+            op = item.get(method)
+            if isinstance(op, dict) and isinstance(op.get("operationId"), str):
+                acc = op.get("x-agent-capability")
+                yield op["operationId"], acc if isinstance(acc, dict) else {}
+
+
+def check_openapi(checker: Checker, value: Any, path: str, base_dir: Path) -> dict | None:
+    if isinstance(value, str):
+        doc_path = (base_dir / value)
+        try:
+            value = strict_json_loads(doc_path.read_bytes())
+        except OSError as err:
+            checker.add(path, f"cannot read {value}: {err.strerror}")
+            return None
+        except (ValueError, UnicodeDecodeError) as err:
+            checker.add(path, f"{value} is not valid JSON: {err}")
+            return None
+    if not isinstance(value, dict):
+        checker.add(path, "must be an OpenAPI document or a path to one")
+        return None
+    version = value.get("openapi")
+    if not isinstance(version, str) or not version.startswith("3."):
+        checker.add(join(path, "openapi"), "must be an OpenAPI 3.x version string")
+        return None
+    if not isinstance(value.get("paths"), dict):
+        checker.add(join(path, "paths"), "must be an object")
+        return None
+    return value
+
+
+def check_provider(checker: Checker, item: Any, path: str, base_dir: Path) -> dict | None:
+    if checker.obj(item, path, required=("name", "base_url", "openapi", "secret_env"),
+                   optional=("timeout_ms",)) is None:
+        return None
+    before = len(checker.problems)
+    record = {
+        "name": checker.resource_key(item.get("name"), join(path, "name")) if "name" in item else None,
+        "base_url": check_url(checker, item.get("base_url"), join(path, "base_url"),
+                              https_or_loopback=False) if "base_url" in item else None,
+        "openapi": check_openapi(checker, item.get("openapi"), join(path, "openapi"), base_dir)
+        if "openapi" in item else None,
+        "secret_env": checker.string(item.get("secret_env"), join(path, "secret_env"),
+                                     pattern=ENV_NAME, pattern_text="an environment variable name "
+                                     "(A-Z, 0-9, _)") if "secret_env" in item else None,
+        "timeout_ms": checker.integer(item.get("timeout_ms", 10000), join(path, "timeout_ms"),
+                                      minimum=1, maximum=600000),
+    }
+    return record if len(checker.problems) == before else None
+
+
+def check_audience(checker: Checker, value: Any, path: str) -> None:
+    lists = ("ids", "tenants", "roles", "audiences")
+    if checker.obj(value, path, required=("enabled",), optional=("anonymous", *lists)) is None:
+        return
+    if "enabled" in value:
+        checker.boolean(value["enabled"], join(path, "enabled"))
+    if "anonymous" in value:
+        checker.boolean(value["anonymous"], join(path, "anonymous"))
+    for key in lists:
+        if key in value:
+            checker.string_list(value[key], join(path, key), max_items=1000)
+
+
+def check_agent_client(checker: Checker, value: Any, path: str) -> None:
+    if checker.obj(value, path, required=("enabled",),
+                   optional=("instructions", "memory", "knowledge", "max_tool_calls")) is None:
+        return
+    if "enabled" in value:
+        checker.boolean(value["enabled"], join(path, "enabled"))
+    if "instructions" in value:
+        checker.string(value["instructions"], join(path, "instructions"), max_len=32000)
+    if "max_tool_calls" in value:
+        checker.integer(value["max_tool_calls"], join(path, "max_tool_calls"), minimum=0, maximum=100)
+    memory = value.get("memory")
+    if memory is not None and checker.obj(memory, join(path, "memory"), optional=(
+            "recent_messages", "recent_budget_chars", "per_message_chars",
+            "summary_enabled", "summary_max_chars")) is not None:
+        limits = {"recent_messages": 200, "recent_budget_chars": 256000,
+                  "per_message_chars": 64000, "summary_max_chars": 64000}
+        for key, maximum in limits.items():
+            if key in memory:
+                checker.integer(memory[key], join(join(path, "memory"), key), minimum=0, maximum=maximum)
+        if "summary_enabled" in memory:
+            checker.boolean(memory["summary_enabled"], join(join(path, "memory"), "summary_enabled"))
+    knowledge = value.get("knowledge")
+    kpath = join(path, "knowledge")
+    if knowledge is not None and checker.obj(knowledge, kpath, optional=(
+            "enabled", "mode", "top_k", "max_docs", "page_boost")) is not None:
+        for key in ("enabled", "page_boost"):
+            if key in knowledge:
+                checker.boolean(knowledge[key], join(kpath, key))
+        if "mode" in knowledge and knowledge["mode"] not in ("chunk", "document"):
+            checker.add(join(kpath, "mode"), "must be 'chunk' or 'document'")
+        for key in ("top_k", "max_docs"):
+            if key in knowledge:
+                checker.integer(knowledge[key], join(kpath, key), minimum=1, maximum=50)
+
+
+def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, dict]) -> None:
+    if checker.obj(value, path, optional=("sources", "agent_direct")) is None:
+        return
+    operation_ids: set[str] = set()
+    sources = value.get("sources", [])
+    spath = join(path, "sources")
+    if not isinstance(sources, list):
+        checker.add(spath, "must be a list")
+        sources = []
+    seen_providers: set[str] = set()
+    for i, source in enumerate(sources):
+        ipath = join(spath, i)
+        if checker.obj(source, ipath, required=("provider", "allow")) is None:
+            continue
+        name = checker.resource_key(source.get("provider"), join(ipath, "provider")) \
+            if "provider" in source else None
+        openapi = providers.get(name) if name else None
+        if name is not None:
+            if name in seen_providers:
+                checker.add(join(ipath, "provider"), f"'{name}' is listed twice")
+            seen_providers.add(name)
+            if openapi is None:
+                checker.add(join(ipath, "provider"), f"no tool provider named '{name}'")
+        if "allow" not in source or checker.string_list(source["allow"], join(ipath, "allow")) is None:
+            continue
+        if openapi is None:
+            continue
+        ops = dict(_operations(openapi))
+        operation_ids.update(ops)
+        scopes = {acc.get("scope") for acc in ops.values()}
+        for j, scope in enumerate(source["allow"]):
+            if scope != "*" and scope not in scopes:
+                checker.add(join(join(ipath, "allow"), j),
+                            f"'{scope}' is not a scope declared by provider '{name}'")
+    direct = value.get("agent_direct")
+    dpath = join(path, "agent_direct")
+    if direct is None or checker.obj(direct, dpath, required=("enabled",), optional=(
+            "write_tools", "force_approval_tools", "unattended_write_tools")) is None:
+        return
+    if "enabled" in direct:
+        checker.boolean(direct["enabled"], join(dpath, "enabled"))
+    if "force_approval_tools" in direct and "unattended_write_tools" in direct:
+        checker.add(join(dpath, "unattended_write_tools"),
+                    "is deprecated and cannot be combined with force_approval_tools")
+    for key in ("write_tools", "force_approval_tools", "unattended_write_tools"):
+        if key not in direct or checker.string_list(direct[key], join(dpath, key)) is None:
+            continue
+        for j, op_id in enumerate(direct[key]):
+            if op_id not in operation_ids:
+                checker.add(join(join(dpath, key), j),
+                            f"'{op_id}' is not an operation of this route's tool sources")
+
+
+def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dict]) -> dict | None:
+    if checker.obj(item, path, required=("route_key", "name"), optional=ROUTE_FIELDS) is None:
+        return None
+    before = len(checker.problems)
+    if "route_key" in item:
+        checker.resource_key(item["route_key"], join(path, "route_key"), route=True)
+    if "name" in item:
+        checker.string(item["name"], join(path, "name"), min_len=1, max_len=191, single_line=True)
+    if "description" in item:
+        checker.string(item["description"], join(path, "description"), max_len=2000)
+    if "enabled" in item:
+        checker.boolean(item["enabled"], join(path, "enabled"))
+    if "permission" in item and item["permission"] not in ("full", "readonly"):
+        checker.add(join(path, "permission"), "must be 'full' or 'readonly'")
+    if "audience" in item:
+        check_audience(checker, item["audience"], join(path, "audience"))
+    target = item.get("target_config", {})
+    if checker.obj(target, join(path, "target_config"), open_ended=True) is not None \
+            and "system_prompt" in target:
+        checker.string(target["system_prompt"], join(join(path, "target_config"), "system_prompt"),
+                       max_len=32000)
+    if "agent_client" in item:
+        check_agent_client(checker, item["agent_client"], join(path, "agent_client"))
+    if "tools" in item:
+        check_tools(checker, item["tools"], join(path, "tools"), providers)
+    if len(checker.problems) != before:
+        return None
+    return {
+        "route_key": item["route_key"],
+        "name": item["name"],
+        "description": item.get("description", ""),
+        "enabled": item.get("enabled", True),
+        "audience": item.get("audience", {"enabled": False}),
+        "target_config": target,
+        "agent_client": item.get("agent_client", {"enabled": False}),
+        "tools": item.get("tools", {}),
+        "permission": item.get("permission", "full"),
+    }
+
+
+def check_client(checker: Checker, item: Any, path: str, route_keys: set[str]) -> dict | None:
+    if checker.obj(item, path, required=("app_id", "name"), optional=CLIENT_FIELDS) is None:
+        return None
+    before = len(checker.problems)
+    if "app_id" in item:
+        checker.resource_key(item["app_id"], join(path, "app_id"))
+    if "name" in item:
+        checker.string(item["name"], join(path, "name"), min_len=1, max_len=191, single_line=True)
+    if "enabled" in item:
+        checker.boolean(item["enabled"], join(path, "enabled"))
+    routes = item.get("allowed_routes", [])
+    rpath = join(path, "allowed_routes")
+    if checker.string_list(routes, rpath, max_items=1000) is not None:
+        for i, route in enumerate(routes):
+            if checker.resource_key(route, join(rpath, i), route=True) is not None \
+                    and route not in route_keys:
+                checker.add(join(rpath, i), f"no route named '{route}'")
+    url = item.get("agent_authorize_url")
+    if url is not None:
+        check_url(checker, url, join(path, "agent_authorize_url"), https_or_loopback=True)
+    if len(checker.problems) != before:
+        return None
+    return {
+        "app_id": item["app_id"],
+        "name": item["name"],
+        "allowed_routes": list(routes),
+        "enabled": item.get("enabled", True),
+        "agent_authorize_url": url,
+    }
+
+
+def _section(checker: Checker, doc: dict, name: str) -> list:
+    value = doc.get(name, [])
+    if not isinstance(value, list):
+        checker.add(name, "must be a list")
+        return []
+    return value
+
+
+def _unique(checker: Checker, records: list[tuple[str, dict | None]], key: str) -> None:
+    seen: dict[str, str] = {}
+    for path, record in records:
+        if record is None:
+            continue
+        if record[key] in seen:
+            checker.add(join(path, key), f"'{record[key]}' is defined twice (also at {seen[record[key]]})")
+        seen[record[key]] = path
+
+
+def validate(db: Session, doc: dict, base_dir: Path) -> dict[str, list[dict]]:
+    """The records to write, or Invalid naming every bad field. Cross-references may point at
+    records already in the database or defined in the same file."""
+    checker = Checker()
+    checker.obj(doc, "", optional=("client_apps", "routes", "tool_providers"))
+
+    providers = [(join("tool_providers", i), check_provider(checker, item, join("tool_providers", i), base_dir))
+                 for i, item in enumerate(_section(checker, doc, "tool_providers"))]
+    _unique(checker, providers, "name")
+    known_providers = {name: openapi for name, openapi in db.execute(
+        select(ToolProvider.name, ToolProvider.openapi))}
+    known_providers.update({p["name"]: p["openapi"] for _, p in providers if p})
+
+    routes = [(join("routes", i), check_route(checker, item, join("routes", i), known_providers))
+              for i, item in enumerate(_section(checker, doc, "routes"))]
+    _unique(checker, routes, "route_key")
+    route_keys = set(db.scalars(select(Route.route_key))) | {r["route_key"] for _, r in routes if r}
+
+    clients = [(join("client_apps", i), check_client(checker, item, join("client_apps", i), route_keys))
+               for i, item in enumerate(_section(checker, doc, "client_apps"))]
+    _unique(checker, clients, "app_id")
+
+    checker.raise_if_any()
+    return {
+        "tool_providers": [p for _, p in providers if p],
+        "routes": [r for _, r in routes if r],
+        "client_apps": [c for _, c in clients if c],
+    }
+
+
+# ---------------------------------------------------------------- writing
+
+_MODELS = {
+    "tool_providers": (ToolProvider, "name"),
+    "routes": (Route, "route_key"),
+    "client_apps": (ClientApp, "app_id"),
+}
+
+
+def apply(db: Session, doc: dict, base_dir: Path) -> dict:
+    """Validate and upsert in the caller's transaction; report what was created or changed."""
+    db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPLY_LOCK_KEY})
+    records = validate(db, doc, base_dir)
+    report: dict[str, dict[str, list[str]]] = {"created": {}, "changed": {}, "unchanged": {}}
+    now = utc_now()
+    for section in ("tool_providers", "routes", "client_apps"):  # referenced before referencing
+        model, key = _MODELS[section]
+        for bucket in report.values():
+            bucket[section] = []
+        for record in records[section]:
+            row = db.scalar(select(model).where(getattr(model, key) == record[key]).with_for_update())
+            if row is None:
+                db.add(model(**record))
+                report["created"][section].append(record[key])
+                continue
+            changed = [f for f, v in record.items() if getattr(row, f) != v]
+            if changed:
+                for f in changed:
+                    setattr(row, f, record[f])
+                row.updated_at = now
+                report["changed"][section].append(f"{record[key]} ({', '.join(changed)})")
+            else:
+                report["unchanged"][section].append(record[key])
+        db.flush()
+    return report
+

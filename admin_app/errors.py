@@ -1,0 +1,89 @@
+"""One JSON error envelope for every API: {"error": code, "message": text, ...extra}.
+
+Raise ApiError anywhere below a blueprint; the handlers registered here turn it, and every
+unexpected exception, into that envelope. No stack trace or exception text reaches a client.
+"""
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+API_PREFIXES = ("/agent-api/", "/agent-auth/", "/admin/api")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, **extra):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra
+        self.headers: dict[str, str] = {}
+
+    def body(self) -> dict:
+        return {"error": self.code, "message": self.message, **self.extra}
+
+
+def invalid_request(err) -> ApiError:
+    """A validation.Invalid (or a Checker's problems) as the 400 envelope, each problem with
+    its field path."""
+    problems = err.problems
+    message = "; ".join(f"{p}: {m}" if p else m for p, m in problems)
+    return ApiError(400, "invalid_request", message,
+                    problems=[{"path": p, "message": m} for p, m in problems])
+
+
+def unauthorized() -> ApiError:
+    """The single refusal for any failed bearer: unknown, expired, revoked, malformed."""
+    err = ApiError(401, "unauthorized", "A valid bearer token is required.")
+    err.headers["WWW-Authenticate"] = 'Bearer realm="bailing"'
+    return err
+
+
+def is_api_path(path: str) -> bool:
+    return path.startswith(API_PREFIXES)
+
+
+def error_response(err: ApiError):
+    response = jsonify(err.body())
+    response.status_code = err.status
+    for name, value in err.headers.items():
+        response.headers[name] = value
+    return response
+
+
+# Plain HTTP errors on API paths keep the envelope too, with stable codes.
+_HTTP_CODES = {
+    400: "invalid_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(ApiError)
+    def _api_error(err: ApiError):
+        return error_response(err)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(err: HTTPException):
+        if not is_api_path(request.path):
+            return err
+        code = _HTTP_CODES.get(err.code or 500, "http_error")
+        api_err = ApiError(err.code or 500, code, err.name)
+        if err.code == 405 and err.valid_methods:
+            api_err.headers["Allow"] = ", ".join(err.valid_methods)
+        return error_response(api_err)
+
+    @app.errorhandler(Exception)
+    def _unexpected(err: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        if is_api_path(request.path):
+            return error_response(ApiError(500, "internal_error", "Internal server error."))
+        return "Internal server error.", 500

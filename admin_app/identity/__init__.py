@@ -1,0 +1,1 @@
+"""Who is calling: client apps, agent sessions and their tokens, admins and their permissions."""

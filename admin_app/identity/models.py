@@ -1,0 +1,100 @@
+"""Typed mappings of the identity tables that sql/001_core_records.sql creates. The SQL files own the schema;
+these classes only describe it to Python (nothing here creates or alters a table)."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ARRAY, ForeignKey, Text
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ..db import Base
+
+
+class ClientApp(Base):
+    __tablename__ = "bz_client_apps"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    app_id: Mapped[str]
+    name: Mapped[str]
+    allowed_routes: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    enabled: Mapped[bool]
+    agent_authorize_url: Mapped[str | None]
+    client_token_hash: Mapped[str | None]
+    client_token_issued_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")
+    updated_at: Mapped[datetime] = mapped_column(server_default="now()")
+
+
+class Route(Base):
+    __tablename__ = "bz_routes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    route_key: Mapped[str]
+    name: Mapped[str]
+    description: Mapped[str]
+    enabled: Mapped[bool]
+    audience: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    target_config: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    agent_client: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    tools: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    permission: Mapped[str]
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")
+    updated_at: Mapped[datetime] = mapped_column(server_default="now()")
+
+
+class ToolProvider(Base):
+    __tablename__ = "bz_tool_providers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str]
+    base_url: Mapped[str]
+    openapi: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    secret_env: Mapped[str]
+    timeout_ms: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")
+    updated_at: Mapped[datetime] = mapped_column(server_default="now()")
+
+
+class AgentSession(Base):
+    __tablename__ = "bz_agent_sessions"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    client_app_id: Mapped[str] = mapped_column(ForeignKey("bz_client_apps.app_id"))
+    principal: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    on_behalf_of: Mapped[str | None]
+    allowed_routes: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    device_label: Mapped[str | None]
+    access_token_hash: Mapped[str]
+    access_expires_at: Mapped[datetime]
+    refresh_token_hash: Mapped[str | None]
+    refresh_expires_at: Mapped[datetime]
+    identity_hash: Mapped[str]
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")
+    refreshed_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+
+class Admin(Base):
+    __tablename__ = "bz_admins"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str]
+    password_hash: Mapped[str]
+    role: Mapped[str]
+    disabled: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")
+    updated_at: Mapped[datetime] = mapped_column(server_default="now()")
+
+
+class AdminToken(Base):
+    __tablename__ = "bz_admin_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    admin_id: Mapped[int] = mapped_column(ForeignKey("bz_admins.id"))
+    token_hash: Mapped[str]
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]

@@ -1,0 +1,148 @@
+"""Strict validation that names each bad field by its path (`routes[2].tools.sources[0]: ...`).
+
+Checkers add problems to a list instead of stopping at the first, so a person fixing a file or a
+request sees everything wrong at once. Nothing is coerced: 1 is not true, "5" is not 5.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable
+
+RESOURCE_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]{1,63}$")
+RESERVED_ROUTES = frozenset({"auto"})
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+class Invalid(Exception):
+    def __init__(self, problems: list[tuple[str, str]]):
+        super().__init__("; ".join(f"{p}: {m}" if p else m for p, m in problems))
+        self.problems = problems
+
+    def as_list(self) -> list[dict]:
+        return [{"path": p, "message": m} for p, m in self.problems]
+
+
+def utf16_len(text: str) -> int:
+    """Length as JavaScript counts it (UTF-16 code units), which is what clients measure."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def strict_json_loads(raw: str | bytes) -> Any:
+    """json.loads that refuses duplicate keys and NaN/Infinity instead of silently picking one."""
+
+    def pairs(items):
+        obj = {}
+        for key, value in items:
+            if key in obj:
+                raise ValueError(f"duplicate key {key!r}")
+            obj[key] = value
+        return obj
+
+    def constant(name):
+        raise ValueError(f"{name} is not valid JSON")
+
+    return json.loads(raw, object_pairs_hook=pairs, parse_constant=constant)
+
+
+def join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+class Checker:
+    """Collects problems; each check returns the value when valid, else None."""
+
+    def __init__(self):
+        self.problems: list[tuple[str, str]] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.problems.append((path, message))
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise Invalid(self.problems)
+
+    def obj(self, value: Any, path: str, *, required: Iterable[str] = (), optional: Iterable[str] = (),
+            open_ended: bool = False) -> dict | None:
+        if not isinstance(value, dict):
+            self.add(path, "must be an object")
+            return None
+        required = tuple(required)
+        allowed = set(required) | set(optional)
+        for key in required:
+            if key not in value:
+                self.add(join(path, key), "is required")
+        if not open_ended:
+            for key in value:
+                if key not in allowed:
+                    self.add(join(path, key), "is not a known field")
+        return value
+
+    def string(self, value: Any, path: str, *, min_len: int = 0, max_len: int | None = None,
+               pattern: re.Pattern | None = None, pattern_text: str | None = None,
+               single_line: bool = False) -> str | None:
+        if not isinstance(value, str):
+            self.add(path, "must be a string")
+            return None
+        if len(value) < min_len:
+            self.add(path, "must not be empty" if min_len == 1 else f"must be at least {min_len} characters")
+            return None
+        if max_len is not None and len(value) > max_len:
+            self.add(path, f"must be at most {max_len} characters")
+            return None
+        if pattern is not None and not pattern.match(value):
+            self.add(path, f"must match {pattern_text or pattern.pattern}")
+            return None
+        if single_line and (CONTROL_CHARS.search(value) or "\n" in value or "\r" in value):
+            self.add(path, "must not contain line breaks or control characters")
+            return None
+        return value
+
+    def resource_key(self, value: Any, path: str, *, route: bool = False) -> str | None:
+        key = self.string(value, path, pattern=RESOURCE_KEY)
+        if key is not None and route and key in RESERVED_ROUTES:
+            self.add(path, f"'{key}' is reserved and cannot name a route")
+            return None
+        return key
+
+    def boolean(self, value: Any, path: str) -> bool | None:
+        if not isinstance(value, bool):
+            self.add(path, "must be true or false")
+            return None
+        return value
+
+    def integer(self, value: Any, path: str, *, minimum: int | None = None,
+                maximum: int | None = None) -> int | None:
+        if type(value) is not int:
+            self.add(path, "must be a whole number")
+            return None
+        if minimum is not None and value < minimum:
+            self.add(path, f"must be at least {minimum}")
+            return None
+        if maximum is not None and value > maximum:
+            self.add(path, f"must be at most {maximum}")
+            return None
+        return value
+
+    def string_list(self, value: Any, path: str, *, max_items: int = 1000, unique: bool = True,
+                    item_pattern: re.Pattern | None = None, item_max_len: int = 191) -> list[str] | None:
+        if not isinstance(value, list):
+            self.add(path, "must be a list")
+            return None
+        if len(value) > max_items:
+            self.add(path, f"must have at most {max_items} items")
+            return None
+        ok = True
+        seen: set[str] = set()
+        for i, item in enumerate(value):
+            item_path = join(path, i)
+            if self.string(item, item_path, min_len=1, max_len=item_max_len, pattern=item_pattern) is None:
+                ok = False
+            elif unique and item in seen:
+                self.add(item_path, f"'{item}' is listed twice")
+                ok = False
+            else:
+                seen.add(item)
+        return value if ok else None

@@ -1,0 +1,196 @@
+"""Fixtures: a real PostgreSQL (embedded by default, or BAILING_DATABASE_URL's server), a fresh
+database per test, the app built by its factory, and a real HTTP server on loopback."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+import requests
+from sqlalchemy.engine import make_url
+from werkzeug.serving import make_server
+
+from admin_app import create_app, embedded_pg, migrations
+from admin_app.config import PROJECT_ROOT
+
+SQL_DIR = PROJECT_ROOT / "sql"
+EXAMPLES = PROJECT_ROOT / "examples"
+
+
+def _with_database(url: str, name: str) -> str:
+    return make_url(url).set(drivername="postgresql", database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    """A URL on the server the suite uses, for creating and dropping test databases."""
+    external = os.environ.get("BAILING_DATABASE_URL")
+    if external:
+        return _with_database(external, make_url(external).database or "postgres")
+    data_dir = Path(os.environ.get("BAILING_TEST_DATA_DIR") or PROJECT_ROOT / "var" / "test")
+    return _with_database(embedded_pg.ensure_running(data_dir), "postgres")
+
+
+class Databases:
+    """Creates uniquely named databases on the test server and drops them at the end."""
+
+    def __init__(self, admin_url: str):
+        self.admin_url = admin_url
+        self.created: list[str] = []
+
+    def create(self, template: str | None = None) -> str:
+        name = f"bz_test_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            suffix = f' TEMPLATE "{template}"' if template else ""
+            conn.execute(f'CREATE DATABASE "{name}"{suffix}')
+        self.created.append(name)
+        return _with_database(self.admin_url, name)
+
+    def drop_all(self) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            for name in self.created:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.created.clear()
+
+
+@pytest.fixture(scope="session")
+def databases(pg_admin_url):
+    dbs = Databases(pg_admin_url)
+    yield dbs
+    dbs.drop_all()
+
+
+@pytest.fixture(scope="session")
+def migrated_template(databases) -> str:
+    """One database with every migration applied, cloned for each test that wants a schema."""
+    url = databases.create()
+    migrations.upgrade(url, SQL_DIR)
+    return make_url(url).database
+
+
+@pytest.fixture
+def empty_db(databases) -> str:
+    return databases.create()
+
+
+@pytest.fixture
+def db_url(databases, migrated_template) -> str:
+    return databases.create(template=migrated_template)
+
+
+@pytest.fixture
+def app(db_url, tmp_path):
+    application = create_app({"database_url": db_url, "data_dir": tmp_path / "var"})
+    yield application
+    application.extensions["bailing"].db.dispose()
+
+
+@pytest.fixture
+def sql(db_url):
+    """Run a query on the test database and return its rows (for checking what was written)."""
+
+    def run(query: str, params=None):
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    return run
+
+
+class LiveServer:
+    def __init__(self, application):
+        self.server = make_server("127.0.0.1", 0, application, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.http = requests.Session()
+
+    def request(self, method: str, path: str, **kwargs) -> requests.Response:
+        return self.http.request(method, self.url + path, timeout=30, **kwargs)
+
+    def get(self, path: str, **kwargs) -> requests.Response:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs) -> requests.Response:
+        return self.request("POST", path, **kwargs)
+
+    def stop(self) -> None:
+        self.http.close()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def serve(application) -> LiveServer:
+    return LiveServer(application)
+
+
+@pytest.fixture
+def server(app):
+    live = serve(app)
+    yield live
+    live.stop()
+
+
+@pytest.fixture
+def cli(app):
+    """Run a bailing-admin command in-process; returns (exit_code, stdout_json_or_text, stderr)."""
+    runner = app.test_cli_runner()
+
+    def run(*args: str, input: str | None = None):
+        from admin_app.cli import main
+
+        result = runner.invoke(main, list(args), input=input)
+        if result.exception and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result.exit_code, _maybe_json(result.stdout), _maybe_json(result.stderr)
+
+    return run
+
+
+def _maybe_json(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def run_cli_process(args: list[str], db_url: str | None, *, data_dir: Path | None = None,
+                    input: str | None = None, sql_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """bailing-admin as a real separate process, as an operator runs it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BAILING_")}
+    if db_url:
+        env["BAILING_DATABASE_URL"] = db_url
+    if data_dir:
+        env["BAILING_DATA_DIR"] = str(data_dir)
+    if sql_dir:
+        env["BAILING_SQL_DIR"] = str(sql_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "admin_app.cli", *args], env=env, input=input,
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+@pytest.fixture
+def configured(cli):
+    """The example configuration applied: provider demo-crm, route customers, client crm-demo."""
+    code, out, err = cli("config", "apply", str(EXAMPLES / "hub.json"))
+    assert code == 0, err
+    return out
+
+
+@pytest.fixture
+def issue_session(cli, configured):
+    def issue(*extra: str, routes: str = "customers", client: str = "crm-demo") -> dict:
+        code, out, err = cli("sessions", "issue", "--client", client, "--routes", routes,
+                             "--principal", '{"id": "user-42", "tenant": "tenant-7", "roles": ["clerk"]}',
+                             "--on-behalf-of", "tenant-7:user-42", *extra)
+        assert code == 0, err
+        return out
+
+    return issue
