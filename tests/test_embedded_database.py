@@ -1,0 +1,45 @@
+"""With no BAILING_DATABASE_URL the hub starts its own PostgreSQL, shared by every process and
+kept running until `db stop`."""
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_cli_process
+
+
+def _postmaster_pid(data_dir) -> int:
+    return int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
+
+
+def test_embedded_server_starts_on_first_use_is_shared_and_stops_on_request(tmp_path):
+    data_dir = tmp_path / "var"
+    try:
+        first = run_cli_process(["db", "upgrade"], None, data_dir=data_dir)
+        assert first.returncode == 0, first.stderr
+        assert "001_core_records.sql" in json.loads(first.stdout)["applied"]
+        pid = _postmaster_pid(data_dir)
+
+        # A second process finds the same server running (the first exiting did not stop it).
+        second = run_cli_process(["db", "status"], None, data_dir=data_dir)
+        assert second.returncode == 0, second.stderr
+        assert json.loads(second.stdout)["pending"] == []
+        assert _postmaster_pid(data_dir) == pid
+    finally:
+        stopped = run_cli_process(["db", "stop"], None, data_dir=data_dir)
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout) == {"stopped": True}
+    assert not (data_dir / "pgdata" / "postmaster.pid").exists()
+
+    # Kept across restarts: starting again finds the schema already applied.
+    again = run_cli_process(["db", "status"], None, data_dir=data_dir)
+    try:
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["pending"] == []
+    finally:
+        run_cli_process(["db", "stop"], None, data_dir=data_dir)
+
+
+def test_db_stop_with_an_external_database_is_refused(empty_db):
+    result = run_cli_process(["db", "stop"], empty_db)
+    assert result.returncode == 1
+    assert '"error": "invalid_request"' in result.stderr
