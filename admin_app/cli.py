@@ -132,6 +132,66 @@ def config_apply(file: Path):
     _emit(report)
 
 
+# ------------------------------------------------------------------ tools
+
+@main.group()
+def tools():
+    """The compiled tool catalog."""
+
+
+@tools.command("warnings")
+@click.option("--provider", default=None, help="Only this provider.")
+@hub_command
+def tools_warnings(provider: str | None):
+    """Compile warnings of every provider, as this version of the hub compiles them."""
+    from sqlalchemy import select
+
+    from .catalog.compiler import COMPILER_VERSION
+    from .catalog.store import compiled_providers
+    from .identity.models import ToolProvider
+
+    with _hub().db.session() as session:
+        query = select(ToolProvider).order_by(ToolProvider.name)
+        if provider is not None:
+            query = query.where(ToolProvider.name == provider)
+        rows = list(session.scalars(query))
+        if provider is not None and not rows:
+            _fail("provider_not_found", f"No tool provider named {provider}.")
+        compiled = compiled_providers(session, [r.name for r in rows])
+        warnings = []
+        for row in rows:
+            current = compiled[row.name].warnings
+            if row.compile_warnings != current or row.compiler_version != COMPILER_VERSION:
+                row.compile_warnings, row.compiler_version = current, COMPILER_VERSION
+            warnings.extend({"provider": row.name, **w} for w in current)
+        _emit({"compiler_version": COMPILER_VERSION, "warnings": warnings})
+
+
+# ------------------------------------------------------------------ knowledge
+
+@main.group()
+def knowledge():
+    """Reference knowledge of routes."""
+
+
+@knowledge.command("add")
+@click.argument("route")
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@hub_command
+def knowledge_add(route: str, files: tuple[Path, ...]):
+    """Add or replace Markdown (.md) and text (.txt) FILES as ROUTE's knowledge, all or none."""
+    from sqlalchemy import select
+
+    from .identity.models import Route
+    from .runtime.knowledge import add_document
+
+    with _hub().db.session() as session:
+        if session.scalar(select(Route.id).where(Route.route_key == route)) is None:
+            _fail("route_not_found", f"No route named {route}.")
+        _emit({"documents": [add_document(session, route, f) for f in files]})
+
+
 # ------------------------------------------------------------------ clients
 
 @main.group()
@@ -165,9 +225,10 @@ def sessions():
 @click.option("--access-ttl", type=int, default=None, help="Access token lifetime in seconds.")
 @click.option("--refresh-ttl", type=int, default=None, help="Session (refresh) lifetime in seconds.")
 @click.option("--device-label", default=None)
+@click.option("--task-enrolled", is_flag=True, help="Turns of this session must carry a task_binding.")
 @hub_command
 def sessions_issue(client_app_id, routes, principal_json, on_behalf_of, access_ttl, refresh_ttl,
-                   device_label):
+                   device_label, task_enrolled):
     """Issue an Agent Session directly (operators and tests; agents use the browser flow)."""
     from .identity.sessions import issue_session
 
@@ -188,6 +249,7 @@ def sessions_issue(client_app_id, routes, principal_json, on_behalf_of, access_t
             access_ttl=settings.access_token_ttl if access_ttl is None else access_ttl,
             refresh_ttl=settings.refresh_token_ttl if refresh_ttl is None else refresh_ttl,
             device_label=device_label,
+            task_enrolled=task_enrolled,
         ))
 
 

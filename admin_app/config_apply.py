@@ -17,13 +17,14 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from .canonical import utc_now
+from .catalog.compiler import COMPILER_VERSION, CompileError, compile_provider
+from .catalog.store import compiled_providers
 from .identity.models import ClientApp, Route, ToolProvider
-from .validation import Checker, Invalid, join, strict_json_loads
+from .validation import Checker, Invalid, join, json_value_problems, strict_json_loads
 
 # "bzconf" in ASCII: serialises concurrent applies.
 APPLY_LOCK_KEY = 0x627A636F6E66
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
-HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
 CLIENT_FIELDS = ("app_id", "name", "allowed_routes", "enabled", "agent_authorize_url")
 ROUTE_FIELDS = ("route_key", "name", "description", "enabled", "audience", "target_config",
@@ -50,6 +51,9 @@ def load_file(path: Path) -> dict:
         raise Invalid([("", f"{path.name} is not valid {path.suffix[1:].upper()}: {err}")]) from None
     if not isinstance(doc, dict):
         raise Invalid([("", "the top level must be an object")])
+    problems = json_value_problems(doc)
+    if problems:
+        raise Invalid(problems)
     return doc
 
 
@@ -87,21 +91,6 @@ def check_url(checker: Checker, value: Any, path: str, *, https_or_loopback: boo
     return None
 
 
-def _operations(openapi: dict):
-    """(operationId, ACC or {}) for every operation of an OpenAPI document."""
-    paths = openapi.get("paths")
-    if not isinstance(paths, dict):
-        return
-    for item in paths.values():
-        if not isinstance(item, dict):
-            continue
-        for method in HTTP_METHODS:
-            op = item.get(method)
-            if isinstance(op, dict) and isinstance(op.get("operationId"), str):
-                acc = op.get("x-agent-capability")
-                yield op["operationId"], acc if isinstance(acc, dict) else {}
-
-
 def check_openapi(checker: Checker, value: Any, path: str, base_dir: Path) -> dict | None:
     if isinstance(value, str):
         doc_path = (base_dir / value)
@@ -126,7 +115,8 @@ def check_openapi(checker: Checker, value: Any, path: str, base_dir: Path) -> di
     return value
 
 
-def check_provider(checker: Checker, item: Any, path: str, base_dir: Path) -> dict | None:
+def check_provider(checker: Checker, item: Any, path: str, base_dir: Path):
+    """(record, CompiledProvider), or None when anything about the provider is wrong."""
     if checker.obj(item, path, required=("name", "base_url", "openapi", "secret_env"),
                    optional=("timeout_ms",)) is None:
         return None
@@ -143,7 +133,18 @@ def check_provider(checker: Checker, item: Any, path: str, base_dir: Path) -> di
         "timeout_ms": checker.integer(item.get("timeout_ms", 10000), join(path, "timeout_ms"),
                                       minimum=1, maximum=600000),
     }
-    return record if len(checker.problems) == before else None
+    if len(checker.problems) != before:
+        return None
+    try:
+        compiled = compile_provider(record["name"], record["openapi"], record["base_url"],
+                                    record["timeout_ms"])
+    except CompileError as err:
+        for where, message in err.problems:
+            checker.add(join(path, "openapi"), f"{where}: {message}")
+        return None
+    record["compiler_version"] = COMPILER_VERSION
+    record["compile_warnings"] = compiled.warnings
+    return record, compiled
 
 
 def check_audience(checker: Checker, value: Any, path: str) -> None:
@@ -194,10 +195,12 @@ def check_agent_client(checker: Checker, value: Any, path: str) -> None:
                 checker.integer(knowledge[key], join(kpath, key), minimum=1, maximum=50)
 
 
-def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, dict]) -> None:
+def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, Any]) -> None:
+    """`providers` maps a provider name to its CompiledProvider (from the file or the database),
+    or to None for a provider of the file that has problems of its own (reported there)."""
     if checker.obj(value, path, optional=("sources", "agent_direct")) is None:
         return
-    operation_ids: set[str] = set()
+    route_tools: dict[str, Any] = {}
     sources = value.get("sources", [])
     spath = join(path, "sources")
     if not isinstance(sources, list):
@@ -210,24 +213,28 @@ def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, di
             continue
         name = checker.resource_key(source.get("provider"), join(ipath, "provider")) \
             if "provider" in source else None
-        openapi = providers.get(name) if name else None
+        compiled = providers.get(name) if name else None
         if name is not None:
             if name in seen_providers:
                 checker.add(join(ipath, "provider"), f"'{name}' is listed twice")
             seen_providers.add(name)
-            if openapi is None:
+            if name not in providers:
                 checker.add(join(ipath, "provider"), f"no tool provider named '{name}'")
         if "allow" not in source or checker.string_list(source["allow"], join(ipath, "allow")) is None:
             continue
-        if openapi is None:
+        if compiled is None:
             continue
-        ops = dict(_operations(openapi))
-        operation_ids.update(ops)
-        scopes = {acc.get("scope") for acc in ops.values()}
+        scopes = {tool.scope for tool in compiled.tools.values()}
         for j, scope in enumerate(source["allow"]):
             if scope != "*" and scope not in scopes:
                 checker.add(join(join(ipath, "allow"), j),
-                            f"'{scope}' is not a scope declared by provider '{name}'")
+                            f"'{scope}' is not a scope of an enabled tool of provider '{name}'")
+        for tool in compiled.tools.values():
+            if "*" in source["allow"] or tool.scope in source["allow"]:
+                if tool.name in route_tools and route_tools[tool.name].provider != name:
+                    checker.add(ipath, f"tool '{tool.name}' is also offered by provider "
+                                       f"'{route_tools[tool.name].provider}'")
+                route_tools[tool.name] = tool
     direct = value.get("agent_direct")
     dpath = join(path, "agent_direct")
     if direct is None or checker.obj(direct, dpath, required=("enabled",), optional=(
@@ -242,9 +249,12 @@ def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, di
         if key not in direct or checker.string_list(direct[key], join(dpath, key)) is None:
             continue
         for j, op_id in enumerate(direct[key]):
-            if op_id not in operation_ids:
+            tool = route_tools.get(op_id)
+            if tool is None:
                 checker.add(join(join(dpath, key), j),
-                            f"'{op_id}' is not an operation of this route's tool sources")
+                            f"'{op_id}' is not a tool of this route's allowed sources")
+            elif key != "force_approval_tools" and tool.readonly:
+                checker.add(join(join(dpath, key), j), f"'{op_id}' is readonly, not a write tool")
 
 
 def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dict]) -> dict | None:
@@ -342,17 +352,22 @@ def validate(db: Session, doc: dict, base_dir: Path) -> dict[str, list[dict]]:
     checker = Checker()
     checker.obj(doc, "", optional=("client_apps", "routes", "tool_providers"))
 
-    providers = [(join("tool_providers", i), check_provider(checker, item, join("tool_providers", i), base_dir))
-                 for i, item in enumerate(_section(checker, doc, "tool_providers"))]
+    checked = [(join("tool_providers", i), check_provider(checker, item, join("tool_providers", i), base_dir))
+               for i, item in enumerate(_section(checker, doc, "tool_providers"))]
+    providers = [(path, result[0] if result else None) for path, result in checked]
     _unique(checker, providers, "name")
-    known_providers = {name: openapi for name, openapi in db.execute(
-        select(ToolProvider.name, ToolProvider.openapi))}
-    known_providers.update({p["name"]: p["openapi"] for _, p in providers if p})
+    known_providers: dict[str, Any] = compiled_providers(db, list(db.scalars(select(ToolProvider.name))))
+    for (_, result), item in zip(checked, _section(Checker(), doc, "tool_providers")):
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            known_providers[item["name"]] = result[1] if result else None
 
     routes = [(join("routes", i), check_route(checker, item, join("routes", i), known_providers))
               for i, item in enumerate(_section(checker, doc, "routes"))]
     _unique(checker, routes, "route_key")
-    route_keys = set(db.scalars(select(Route.route_key))) | {r["route_key"] for _, r in routes if r}
+    # Routes of the file count even when invalid: their own problems are reported already.
+    route_keys = set(db.scalars(select(Route.route_key))) | {
+        item["route_key"] for item in _section(Checker(), doc, "routes")
+        if isinstance(item, dict) and isinstance(item.get("route_key"), str)}
 
     clients = [(join("client_apps", i), check_client(checker, item, join("client_apps", i), route_keys))
                for i, item in enumerate(_section(checker, doc, "client_apps"))]
@@ -400,5 +415,7 @@ def apply(db: Session, doc: dict, base_dir: Path) -> dict:
             else:
                 report["unchanged"][section].append(record[key])
         db.flush()
+    report["warnings"] = [{"provider": p["name"], **w} for p in records["tool_providers"]
+                          for w in p["compile_warnings"]]
     return report
 

@@ -6,6 +6,7 @@ request sees everything wrong at once. Nothing is coerced: 1 is not true, "5" is
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Iterable
 
@@ -28,12 +29,26 @@ def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def _check_storable(text: str) -> str:
+    # PostgreSQL text cannot hold NUL, and a lone UTF-16 surrogate is no character at all.
+    if _UNSTORABLE.search(text):
+        raise ValueError("strings must not contain NUL or unpaired surrogate escapes")
+    return text
+
+
 def strict_json_loads(raw: str | bytes) -> Any:
-    """json.loads that refuses duplicate keys and NaN/Infinity instead of silently picking one."""
+    """json.loads that refuses duplicate keys, NaN/Infinity, and strings PostgreSQL cannot store,
+    instead of silently picking, converting or failing later."""
 
     def pairs(items):
         obj = {}
         for key, value in items:
+            _check_storable(key)
+            if isinstance(value, str):
+                _check_storable(value)
             if key in obj:
                 raise ValueError(f"duplicate key {key!r}")
             obj[key] = value
@@ -42,7 +57,39 @@ def strict_json_loads(raw: str | bytes) -> Any:
     def constant(name):
         raise ValueError(f"{name} is not valid JSON")
 
-    return json.loads(raw, object_pairs_hook=pairs, parse_constant=constant)
+    value = json.loads(raw, object_pairs_hook=pairs, parse_constant=constant)
+    _check_list_strings(value)
+    return value
+
+
+def _check_list_strings(value: Any) -> None:
+    """Strings directly inside arrays (object members were checked while parsing)."""
+    if isinstance(value, str):
+        _check_storable(value)
+    elif isinstance(value, list):
+        for item in value:
+            _check_list_strings(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            if isinstance(item, (list, dict)):
+                _check_list_strings(item)
+
+
+def json_value_problems(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """Where a value parsed from another format (TOML) is not plain, storable JSON: dates and
+    times, NaN and infinities, NUL and lone surrogates."""
+    if isinstance(value, dict):
+        return [p for key, item in value.items()
+                for p in json_value_problems(item, join(path, str(key)))]
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in json_value_problems(item, join(path, i))]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [(path, "must be a finite number")]
+    if isinstance(value, str) and _UNSTORABLE.search(value):
+        return [(path, "must not contain NUL or unpaired surrogates")]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return []
+    return [(path, f"a {type(value).__name__} value is not accepted; use a string")]
 
 
 def join(path: str, key: str | int) -> str:

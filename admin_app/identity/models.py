@@ -54,6 +54,8 @@ class ToolProvider(Base):
     openapi: Mapped[dict[str, Any]] = mapped_column(JSONB)
     secret_env: Mapped[str]
     timeout_ms: Mapped[int]
+    compiler_version: Mapped[int | None]
+    compile_warnings: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list)
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     updated_at: Mapped[datetime] = mapped_column(server_default="now()")
 
@@ -75,6 +77,7 @@ class AgentSession(Base):
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     refreshed_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+    task_enrolled: Mapped[bool] = mapped_column(default=False)
 
 
 class Admin(Base):

@@ -53,6 +53,7 @@ def issue_session(
     access_ttl: int,
     refresh_ttl: int,
     device_label: str | None = None,
+    task_enrolled: bool = False,
 ) -> dict:
     checker = Checker()
     checker.resource_key(client_app_id, "client")
@@ -101,6 +102,7 @@ def issue_session(
         refresh_token_hash=refresh_hash,
         refresh_expires_at=refresh_expires,
         identity_hash=identity_hash(client_app_id, principal, on_behalf_of),
+        task_enrolled=task_enrolled,
     )
     db.add(row)
     db.flush()
@@ -157,6 +159,7 @@ def session_view(row: AgentSession) -> dict:
         "access_expires_at": iso(row.access_expires_at),
         "refresh_expires_at": iso(row.refresh_expires_at),
         "created_at": iso(row.created_at),
+        "task_enrolled": row.task_enrolled,
     }
 
 

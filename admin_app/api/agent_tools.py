@@ -1,0 +1,59 @@
+"""/agent-api/v1/tools: the business-tool surface (list, and detail with usage guidance).
+
+Gated by the route's `tools.agent_direct` only, not by `agent_client.enabled`. Reads revalidate
+client, session, route and audience on every call, create nothing and dispatch nothing.
+"""
+from __future__ import annotations
+
+import re
+
+from flask import Blueprint, g, jsonify
+
+from ..catalog.projection import project
+from ..errors import ApiError
+from ..identity.workspace import resolve_route
+from .auth import agent_session_required
+from .query import query_params
+
+bp = Blueprint("agent_tools", __name__, url_prefix="/agent-api/v1")
+
+REVISION = re.compile(r"^[0-9a-f]{64}$")
+
+
+@bp.get("/tools")
+@agent_session_required
+def list_tools():
+    params = query_params(required=("route",))
+    route = resolve_route(g.db, g.agent_session, params["route"], "tools")
+    projection = project(g.db, route, g.agent_session)
+    return jsonify({
+        "schema": "bailing.agent-tool-list.v1",
+        "route": route.route_key,
+        "capability_revision": projection.revision,
+        **projection.counts(),
+        "tools": [v.projection() for v in projection.tools.values()],
+    })
+
+
+@bp.get("/tools/<name>")
+@agent_session_required
+def tool_detail(name: str):
+    params = query_params(required=("route", "capability_revision"))
+    if not REVISION.match(params["capability_revision"]):
+        raise ApiError(400, "invalid_request", "capability_revision must be a lowercase SHA-256 hex digest.",
+                       problems=[{"path": "capability_revision", "message": "must be 64 hex digits"}])
+    route = resolve_route(g.db, g.agent_session, params["route"], "tools")
+    projection = project(g.db, route, g.agent_session)
+    visible = projection.tools.get(name)
+    if visible is None:
+        raise ApiError(404, "tool_not_found", "No such tool in this workspace.")
+    if params["capability_revision"] != projection.revision:
+        raise ApiError(409, "capability_changed", "The capability revision is stale; rediscover tools.",
+                       capability_revision=projection.revision)
+    return jsonify({
+        "schema": "bailing.agent-tool-detail.v1",
+        "route": route.route_key,
+        "capability_revision": projection.revision,
+        "tool": visible.projection(),
+        "usage_guidance": visible.usage_guidance(),
+    })

@@ -1,0 +1,1 @@
+"""The tool catalog: OpenAPI + ACC compiled into typed tools, projected per workspace."""

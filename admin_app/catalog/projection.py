@@ -1,0 +1,115 @@
+"""What one session sees of the catalog in one route, and the revision that names it.
+
+Rules, in order: a tool comes from a source provider of the route whose `allow` lists its scope
+(or `*`); a write (not readonly) needs the route's `permission: full` and its exact name in
+`tools.agent_direct.write_tools`; a tool with `subject.required` is hidden from a session without
+`on_behalf_of`. Approval is ACC's (`risk: high`, `approval.required`, `approval.when`), and the
+route's `force_approval_tools` can only add to it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from ..canonical import sha256_json
+from ..identity.models import AgentSession, Route
+from .compiler import Tool
+from .store import compiled_providers
+from .text_bounds import GUIDANCE_MAX_BYTES, GUIDANCE_MAX_CHARS
+
+
+@dataclass(frozen=True)
+class Visible:
+    tool: Tool
+    approval_required: bool  # every call needs approval (ACC or forced by the route)
+
+    def projection(self) -> dict:
+        """The public, allowlisted view of a tool: no path, provider URL, secret or raw spec."""
+        t = self.tool
+        view = {
+            "name": t.name,
+            "scope": t.scope,
+            "description": t.description.text,
+        }
+        if t.description.truncated:
+            view["description_truncated"] = True
+        if t.usage_guidance_available:
+            view["usage_guidance_available"] = True
+        view.update({
+            "input_schema": t.input_schema,
+            "readonly": t.readonly,
+            "idempotent": t.idempotent,
+            "risk": t.risk,
+            "approval": {"required": self.approval_required, "when": list(t.approval_rules)},
+            "subject_required": t.subject_required,
+            "sensitive": t.sensitive,
+            "timeout_ms": t.timeout_ms,
+        })
+        return view
+
+    def usage_guidance(self) -> dict:
+        g = self.tool.guidance
+        return {"text": g.text, "truncated": g.truncated, "source_chars": g.source_chars,
+                "max_chars": GUIDANCE_MAX_CHARS, "source_bytes": g.source_bytes,
+                "max_bytes": GUIDANCE_MAX_BYTES}
+
+    @property
+    def may_need_approval(self) -> bool:
+        return self.approval_required or bool(self.tool.approval_rules)
+
+
+@dataclass(frozen=True)
+class Projection:
+    route_key: str
+    tools: dict[str, Visible]
+    revision: str
+
+    def counts(self) -> dict:
+        tools = self.tools.values()
+        return {
+            "authorized_total": len(self.tools),
+            "readonly": sum(1 for v in tools if v.tool.readonly),
+            "writes": sum(1 for v in tools if not v.tool.readonly),
+            "approval_required": sum(1 for v in tools if v.may_need_approval),
+        }
+
+
+def forced_approval(direct: dict) -> set[str]:
+    """force_approval_tools; or, for configurations still on the deprecated field,
+    write_tools − unattended_write_tools."""
+    if "force_approval_tools" in direct:
+        return set(direct.get("force_approval_tools") or [])
+    if "unattended_write_tools" in direct:
+        return set(direct.get("write_tools") or []) - set(direct["unattended_write_tools"] or [])
+    return set()
+
+
+def project(db: Session, route: Route, session: AgentSession) -> Projection:
+    tools_cfg = route.tools or {}
+    direct = tools_cfg.get("agent_direct") or {}
+    visible: dict[str, Visible] = {}
+    if direct.get("enabled", False):
+        sources = tools_cfg.get("sources") or []
+        providers = compiled_providers(db, [s["provider"] for s in sources])
+        write_tools = set(direct.get("write_tools") or [])
+        forced = forced_approval(direct)
+        for source in sources:
+            provider = providers.get(source["provider"])
+            if provider is None:
+                continue
+            allow = set(source.get("allow") or [])
+            for tool in provider.tools.values():
+                if "*" not in allow and tool.scope not in allow:
+                    continue
+                if not tool.readonly and (route.permission != "full" or tool.name not in write_tools):
+                    continue
+                if tool.subject_required and not session.on_behalf_of:
+                    continue
+                visible[tool.name] = Visible(tool, tool.approval_required or tool.name in forced)
+    ordered = dict(sorted(visible.items()))
+    revision = sha256_json({
+        "schema": "bailing.capability-revision.v1",
+        "tools": [{"tool": v.projection(), "usage_guidance": v.usage_guidance()} for v in ordered.values()],
+    })
+    return Projection(route.route_key, ordered, revision)

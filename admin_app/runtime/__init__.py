@@ -1,0 +1,1 @@
+"""The Agent Client Runtime: bootstrap, turns, memory, knowledge, capability search, completion."""
