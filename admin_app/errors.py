@@ -13,6 +13,11 @@ from werkzeug.exceptions import HTTPException
 log = logging.getLogger(__name__)
 
 API_PREFIXES = ("/agent-api/", "/agent-auth/", "/admin/api")
+# Areas whose spec names their own code for an internal failure.
+INTERNAL_ERROR_CODES = (
+    ("/agent-api/v1/conversation-audits", "conversation_audit_internal_error"),
+    ("/admin/api/conversation-audits", "conversation_audit_internal_error"),
+)
 
 
 class ApiError(Exception):
@@ -85,5 +90,7 @@ def register_error_handlers(app: Flask) -> None:
     def _unexpected(err: Exception):
         log.exception("unhandled error on %s %s", request.method, request.path)
         if is_api_path(request.path):
-            return error_response(ApiError(500, "internal_error", "Internal server error."))
+            code = next((c for prefix, c in INTERNAL_ERROR_CODES if request.path.startswith(prefix)),
+                        "internal_error")
+            return error_response(ApiError(500, code, "Internal server error."))
         return "Internal server error.", 500

@@ -4,6 +4,8 @@ Files are sql/NNN_name.sql. Each is applied in its own transaction and recorded 
 bz_schema_migrations with its SHA-256. A PostgreSQL advisory lock serialises concurrent runners,
 and the list of applied files is read only once the lock is held, so two `db upgrade` runs
 apply each file exactly once. Nothing here runs at start-up: only `bailing-admin db upgrade`.
+Pending files are applied in number order even when a higher number is already applied: some
+files carry fixed numbers (057, 058) that releases after them must not be blocked by.
 """
 from __future__ import annotations
 
@@ -105,13 +107,6 @@ def _compare(files: list[MigrationFile], applied: dict) -> MigrationStatus:
                 f"(recorded sha256 {digest}, file now {by_name[name].sha256})"
             )
     status.pending = [m for m in files if m.filename not in applied]
-    if status.pending and applied:
-        newest_applied = max(int(name[:3]) for name in applied)
-        for m in status.pending:
-            if m.number < newest_applied:
-                status.problems.append(
-                    f"{m.filename} is older than the newest applied migration and was never applied"
-                )
     return status
 
 

@@ -104,6 +104,12 @@ class Checker:
     def __init__(self):
         self.problems: list[tuple[str, str]] = []
 
+    @classmethod
+    def single(cls, path: str, message: str) -> "Checker":
+        checker = cls()
+        checker.add(path, message)
+        return checker
+
     def add(self, path: str, message: str) -> None:
         self.problems.append((path, message))
 

@@ -21,3 +21,13 @@ def query_params(required: tuple[str, ...] = (), optional: tuple[str, ...] = ())
     if checker.problems:
         raise invalid_request(checker)
     return {key: request.args[key] for key in allowed if key in request.args}
+
+
+def int_param(params: dict[str, str], key: str, default: int, minimum: int, maximum: int) -> int:
+    """A whole-number query parameter within bounds; anything else is a 400, never clamped."""
+    raw = params.get(key)
+    if raw is None:
+        return default
+    if not raw.isdigit() or len(raw) > 10 or not minimum <= int(raw) <= maximum:
+        raise invalid_request(Checker.single(key, f"must be a whole number from {minimum} to {maximum}"))
+    return int(raw)

@@ -1,0 +1,1 @@
+"""Agent Conversation Audit v1 and v2: archives of the complete visible conversation."""

@@ -1,0 +1,41 @@
+"""What the database offers, read from the database itself: 057 gives archives (v1), 058 adds
+cross-system member bindings (v2). The runtime never assumes; `db upgrade --to 056/057` shows
+each mode."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from ..errors import ApiError
+
+_PROBE = text("""
+SELECT to_regclass('bz_agent_conversation_archives') IS NOT NULL
+       AND to_regclass('bz_agent_conversation_members') IS NOT NULL
+       AND to_regclass('bz_agent_conversation_events') IS NOT NULL AS archives,
+       (SELECT count(*) FROM pg_attribute
+         WHERE NOT attisdropped AND (
+               (attrelid = to_regclass('bz_agent_conversation_archives') AND attname = 'membership_version')
+            OR (attrelid = to_regclass('bz_agent_conversation_members')
+                AND attname IN ('client_app_id', 'route_key', 'client_name')))) = 4 AS bindings
+""")
+
+
+@dataclass(frozen=True)
+class Availability:
+    archives: bool
+    cross_binding: bool
+
+
+def probe(db: Session) -> Availability:
+    row = db.execute(_PROBE).one()
+    return Availability(archives=bool(row.archives), cross_binding=bool(row.archives and row.bindings))
+
+
+def require_archives(db: Session) -> Availability:
+    found = probe(db)
+    if not found.archives:
+        raise ApiError(503, "conversation_audit_unavailable",
+                       "Conversation audit is not available on this hub.")
+    return found

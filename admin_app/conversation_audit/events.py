@@ -1,0 +1,224 @@
+"""Appending visible events: ordered, contiguous, atomic batches by the writer alone.
+
+The archive row is locked for the whole batch, so concurrent writers queue and each sees the
+sequence the previous one left. Every event of a batch is checked before any is stored; an
+identical retry of stored events succeeds with the same acknowledgement, anything else that
+disagrees with what is stored is a 409 with nothing written.
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from ..canonical import sha256_json
+from ..errors import ApiError, invalid_request
+from ..identity.models import AgentSession
+from ..runtime.models import Run
+from ..validation import Checker, join, utf16_len
+from .archives import (ID_MAX, conflict, group_bindings, limit_error, locked_archive_for_member,
+                       not_found)
+from .availability import Availability
+from .members import lock_and_check
+
+ACK = "bailing.agent-conversation-audit-ack.v1"
+BATCH_MAX = 50
+TEXT_MAX_UNITS = 64000
+BATCH_TEXT_MAX_BYTES = 256 * 1024
+ARCHIVE_MAX_EVENTS = 20000
+ARCHIVE_MAX_TEXT_BYTES = 16 * 1024 * 1024
+ENVELOPE_MAX_BYTES = 2 * 1024 * 1024
+
+EXTRA_FIELDS = {
+    "turn_start": (),
+    "user_message": ("content",),
+    "assistant_message": ("content",),
+    "run_link": ("run_id", "member_session_id"),
+    "turn_end": ("status",),
+}
+BASE_FIELDS = ("event_id", "sequence", "client_turn_id", "kind")
+TURN_END_STATUSES = ("completed", "failed", "cancelled")
+
+
+def _validate(body: dict) -> list[dict]:
+    checker = Checker()
+    checker.obj(body, "", required=("events",))
+    events = body.get("events")
+    if not isinstance(events, list) or not events:
+        checker.add("events", "must be a list of 1 to 50 events")
+        raise invalid_request(checker)
+    if len(events) > BATCH_MAX:
+        raise limit_error(f"A batch holds at most {BATCH_MAX} events.", max_events=BATCH_MAX)
+    batch_bytes = 0
+    for i, event in enumerate(events):
+        path = join("events", i)
+        kind = event.get("kind") if isinstance(event, dict) else None
+        if isinstance(event, dict) and kind not in EXTRA_FIELDS:
+            checker.add(join(path, "kind"), "must be one of " + ", ".join(EXTRA_FIELDS))
+            continue
+        if checker.obj(event, path, required=BASE_FIELDS + EXTRA_FIELDS.get(kind, ())) is None:
+            continue
+        for key in ("event_id", "client_turn_id"):
+            if key in event:
+                checker.string(event[key], join(path, key), min_len=1, max_len=ID_MAX, single_line=True)
+        if "sequence" in event:
+            checker.integer(event["sequence"], join(path, "sequence"), minimum=1, maximum=2**31 - 1)
+        if "content" in event:
+            content = event["content"]
+            if not isinstance(content, str):
+                checker.add(join(path, "content"), "must be a string")
+            else:
+                if utf16_len(content) > TEXT_MAX_UNITS:
+                    raise limit_error(f"{join(path, 'content')} exceeds {TEXT_MAX_UNITS} UTF-16 code units.",
+                                      max_text_units=TEXT_MAX_UNITS)
+                batch_bytes += len(content.encode("utf-8"))
+        if "status" in event and event["status"] not in TURN_END_STATUSES:
+            checker.add(join(path, "status"), "must be completed, failed or cancelled")
+        for key in ("run_id", "member_session_id"):
+            if key in event:
+                try:
+                    if not isinstance(event[key], str) or str(uuid.UUID(event[key])) != event[key].lower():
+                        raise ValueError
+                except ValueError:
+                    checker.add(join(path, key), "must be a UUID")
+    if checker.problems:
+        raise invalid_request(checker)
+    if batch_bytes > BATCH_TEXT_MAX_BYTES:
+        raise limit_error(f"A batch holds at most {BATCH_TEXT_MAX_BYTES} bytes of text.",
+                          max_batch_text_bytes=BATCH_TEXT_MAX_BYTES)
+    return events
+
+
+def _stored(db: Session, archive_id: Any, first: int, last: int) -> dict[int, tuple[str, str]]:
+    rows = db.execute(text("""
+        SELECT sequence, event_id, body_sha256 FROM bz_agent_conversation_events
+        WHERE archive_id = :id AND sequence BETWEEN :first AND :last"""),
+        {"id": archive_id, "first": first, "last": last})
+    return {r.sequence: (r.event_id, r.body_sha256) for r in rows}
+
+
+def _turn_started(db: Session, archive_id: Any, turn_id: str) -> bool:
+    return db.execute(text("""
+        SELECT 1 FROM bz_agent_conversation_events
+        WHERE archive_id = :id AND kind = 'turn_start' AND client_turn_id = :turn"""),
+        {"id": archive_id, "turn": turn_id}).first() is not None
+
+
+def _verify_run_link(db: Session, header: Any, members: list, event: dict) -> int:
+    """The thread of the run, after checking it against the member it names; else 409."""
+    member = next((m for m in members if str(m.session_id) == event["member_session_id"]), None)
+    if member is None:
+        raise conflict(f"run_link {event['event_id']}: member_session_id is not a member of this archive.")
+    run = db.get(Run, uuid.UUID(event["run_id"]))
+    app = member.client_app_id or header.client_app_id
+    route = member.route_key or header.route_key
+    if (run is None or str(run.session_id) != str(member.session_id) or run.client_app_id != app
+            or run.route_key != route or run.client_conversation_id != header.client_conversation_id
+            or run.client_turn_id != event["client_turn_id"]):
+        raise conflict(f"run_link {event['event_id']}: the run does not belong to this member's "
+                       "conversation turn.")
+    linked = db.execute(text("""
+        SELECT archive_id FROM bz_agent_conversation_events WHERE run_id = :run"""),
+        {"run": run.id}).first()
+    if linked is not None:
+        raise conflict(f"run_link {event['event_id']}: the run is already linked to an archive.")
+    return run.thread_id
+
+
+def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
+           available: Availability) -> dict:
+    header, members = locked_archive_for_member(db, session, archive_ref, available)
+    if str(header.creator_session_id) != str(session.id):
+        raise not_found()  # only the writer appends; others learn nothing more
+    events = _validate(body)
+    if header.state != "ready":
+        raise ApiError(409, "conversation_audit_not_ready", "Some members have not confirmed yet.")
+    lock_and_check(db, group_bindings(header, members))
+
+    first_seq = events[0]["sequence"]
+    for offset, event in enumerate(events):
+        if event["sequence"] != first_seq + offset:
+            raise conflict("Sequences in a batch must be ordered and contiguous.")
+    ids = [e["event_id"] for e in events]
+    if len(set(ids)) != len(ids):
+        raise conflict("An event_id occurs twice in the batch.")
+    hashes = [sha256_json(e) for e in events]
+    last_seq = first_seq + len(events) - 1
+    stored = _stored(db, header.id, first_seq, min(last_seq, header.last_sequence))
+    new: list[tuple[dict, str]] = []
+    for event, digest in zip(events, hashes):
+        if event["sequence"] <= header.last_sequence:
+            if stored.get(event["sequence"]) != (event["event_id"], digest):
+                raise conflict(f"Event {event['sequence']} differs from the stored event.")
+        else:
+            new.append((event, digest))
+    if not new:
+        return {"schema": ACK, "conversation_id": str(header.id), "last_sequence": last_seq}
+    if new[0][0]["sequence"] != header.last_sequence + 1:
+        raise conflict(f"The next sequence is {header.last_sequence + 1}.")
+    if header.last_sequence + len(new) > ARCHIVE_MAX_EVENTS:
+        raise limit_error(f"An archive holds at most {ARCHIVE_MAX_EVENTS} events.",
+                          max_events=ARCHIVE_MAX_EVENTS)
+    new_bytes = sum(len(e.get("content", "").encode("utf-8")) for e, _ in new)
+    if header.text_bytes + new_bytes > ARCHIVE_MAX_TEXT_BYTES:
+        raise limit_error(f"An archive holds at most {ARCHIVE_MAX_TEXT_BYTES} bytes of text.",
+                          max_archive_text_bytes=ARCHIVE_MAX_TEXT_BYTES)
+    reused = db.execute(text("""
+        SELECT event_id FROM bz_agent_conversation_events
+        WHERE archive_id = :id AND event_id = ANY(:ids) LIMIT 1"""),
+        {"id": header.id, "ids": [e["event_id"] for e, _ in new]}).first()
+    if reused is not None:
+        raise conflict(f"event_id {reused.event_id} is already used in this archive.")
+
+    running = header.running_turn_id
+    status = header.last_turn_status
+    started_here: set[str] = set()
+    messages = turns = 0
+    rows = []
+    for event, digest in new:
+        kind, turn = event["kind"], event["client_turn_id"]
+        thread_id = None
+        if kind == "turn_start":
+            if running is not None:
+                raise conflict(f"Turn {running} is still running; end it before starting another.")
+            if turn in started_here or _turn_started(db, header.id, turn):
+                raise conflict(f"Turn {turn} was already started in this archive.")
+            started_here.add(turn)
+            running, status, turns = turn, "running", turns + 1
+        elif kind in ("user_message", "assistant_message"):
+            if running != turn:
+                raise conflict(f"{kind} {event['event_id']} is not in the current running turn.")
+            messages += 1
+        elif kind == "turn_end":
+            if running != turn:
+                raise conflict(f"turn_end {event['event_id']} does not end the current running turn.")
+            running, status = None, event["status"]
+        else:  # run_link: late links attach to any started turn and change no status
+            if turn not in started_here and not _turn_started(db, header.id, turn):
+                raise conflict(f"run_link {event['event_id']} names a turn that was never started.")
+            thread_id = _verify_run_link(db, header, members, event)
+        rows.append({"archive": header.id, "sequence": event["sequence"], "event_id": event["event_id"],
+                     "turn": turn, "kind": kind, "content": event.get("content"),
+                     "status": event.get("status"), "run": event.get("run_id"),
+                     "member": event.get("member_session_id"), "thread": thread_id, "digest": digest})
+    run_ids = [r["run"] for r in rows if r["run"]]
+    if len(set(run_ids)) != len(run_ids):
+        raise conflict("A run may be linked only once.")
+    db.execute(text("""
+        INSERT INTO bz_agent_conversation_events
+            (archive_id, sequence, event_id, client_turn_id, kind, content, status, run_id,
+             member_session_id, thread_id, body_sha256)
+        VALUES (:archive, :sequence, :event_id, :turn, :kind, :content, :status, :run, :member,
+                :thread, :digest)"""), rows)
+    db.execute(text("""
+        UPDATE bz_agent_conversation_archives
+           SET last_sequence = :last, message_count = message_count + :messages,
+               turn_count = turn_count + :turns, text_bytes = text_bytes + :bytes,
+               running_turn_id = :running, last_turn_status = :status, updated_at = now()
+         WHERE id = :id"""),
+        {"last": last_seq, "messages": messages, "turns": turns, "bytes": new_bytes,
+         "running": running, "status": status, "id": header.id})
+    return {"schema": ACK, "conversation_id": str(header.id), "last_sequence": last_seq}
+

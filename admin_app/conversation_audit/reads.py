@@ -1,0 +1,97 @@
+"""Administrator reads of archives (runs:read). Event pages are keyset reads on the primary key
+(archive_id, sequence), so a page at the end of a 20,000-event archive costs what the first does."""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from ..canonical import iso
+from .archives import HEADER_COLUMNS, header_view, not_found, parse_archive_id
+from .availability import Availability
+
+LIST_SCHEMA = "bailing.agent-conversation-audit-list.v1"
+DETAIL_SCHEMA = "bailing.agent-conversation-audit-detail.v1"
+LIST_MAX = 100
+EVENTS_MAX = 200
+
+
+def list_archives(db: Session, limit: int, offset: int) -> dict:
+    rows = list(db.execute(text(f"""
+        SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives
+        ORDER BY updated_at DESC, id LIMIT :limit OFFSET :offset"""),
+        {"limit": limit + 1, "offset": offset}))
+    has_more = len(rows) > limit
+    return {"schema": LIST_SCHEMA, "items": [header_view(r) for r in rows[:limit]],
+            "has_more": has_more, "next_offset": offset + limit if has_more else None}
+
+
+def member_view(row: Any, available: Availability) -> dict:
+    view = {"session_id": str(row.session_id), "display_label": row.label,
+            "confirmed": row.confirmed_at is not None}
+    if row.confirmed_at is not None:
+        view["principal"] = row.principal
+        view["on_behalf_of"] = row.on_behalf_of
+    # Binding fields only where recorded: NULL in a legacy v1 row proves nothing, so it is omitted.
+    if available.cross_binding:
+        for key in ("client_app_id", "client_name", "route_key"):
+            if getattr(row, key) is not None:
+                view[key] = getattr(row, key)
+    return view
+
+
+def event_view(row: Any) -> dict:
+    view = {"event_id": row.event_id, "sequence": row.sequence, "client_turn_id": row.client_turn_id,
+            "kind": row.kind}
+    if row.kind in ("user_message", "assistant_message"):
+        view["content"] = row.content
+    elif row.kind == "turn_end":
+        view["status"] = row.status
+    elif row.kind == "run_link":
+        view.update(run_id=str(row.run_id), member_session_id=str(row.member_session_id),
+                    thread_id=row.thread_id)
+    view["created_at"] = iso(row.created_at)
+    return view
+
+
+def archive_detail(db: Session, archive_ref: str, after_sequence: int, limit: int,
+                   available: Availability) -> dict:
+    archive_id = parse_archive_id(archive_ref)
+    header = db.execute(text(f"SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives WHERE id = :id"),
+                        {"id": archive_id}).first()
+    if header is None:
+        raise not_found()
+    bindings = ", client_app_id, client_name, route_key" if available.cross_binding else ""
+    members = db.execute(text(f"""
+        SELECT session_id, label, confirmed_at, principal, on_behalf_of{bindings}
+        FROM bz_agent_conversation_members WHERE archive_id = :id ORDER BY position"""),
+        {"id": archive_id})
+    events = list(db.execute(text("""
+        SELECT sequence, event_id, client_turn_id, kind, content, status, run_id, member_session_id,
+               thread_id, created_at
+        FROM bz_agent_conversation_events
+        WHERE archive_id = :id AND sequence > :after ORDER BY sequence LIMIT :limit"""),
+        {"id": archive_id, "after": after_sequence, "limit": limit + 1}))
+    has_more = len(events) > limit
+    page = events[:limit]
+    return {
+        "schema": DETAIL_SCHEMA,
+        "conversation": header_view(header),
+        "members": [member_view(m, available) for m in members],
+        "events": [event_view(e) for e in page],
+        "has_more": has_more,
+        "next_after_sequence": page[-1].sequence if has_more else None,
+    }
+
+
+def run_audit_link(db: Session, run_id: Any, available: Availability) -> dict:
+    """`conversation_audit_id` and `client_turn_id` of a run once an archive links it."""
+    if not available.archives:
+        return {}
+    row = db.execute(text("""
+        SELECT archive_id, client_turn_id FROM bz_agent_conversation_events WHERE run_id = :run"""),
+        {"run": run_id}).first()
+    if row is None:
+        return {}
+    return {"conversation_audit_id": str(row.archive_id), "client_turn_id": row.client_turn_id}
