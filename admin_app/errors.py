@@ -12,7 +12,7 @@ from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
 
-API_PREFIXES = ("/agent-api/", "/agent-auth/", "/admin/api")
+API_PREFIXES = ("/agent-api", "/agent-auth", "/admin/api")
 # Areas whose spec names their own code for an internal failure.
 INTERNAL_ERROR_CODES = (
     ("/agent-api/v1/conversation-audits", "conversation_audit_internal_error"),
@@ -50,7 +50,7 @@ def unauthorized() -> ApiError:
 
 
 def is_api_path(path: str) -> bool:
-    return path.startswith(API_PREFIXES)
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in API_PREFIXES)
 
 
 def error_response(err: ApiError):
