@@ -106,6 +106,16 @@ def resolve(node: Any, doc: dict, stack: tuple[str, ...] = ()) -> Any:
     return copy.deepcopy(node)
 
 
+def strip_extensions(node: Any) -> Any:
+    """Schemas as agents see them: vendor `x-*` keys are the provider's business, not theirs."""
+    if isinstance(node, dict):
+        return {k: strip_extensions(v) for k, v in node.items()
+                if not (isinstance(k, str) and k.startswith("x-"))}
+    if isinstance(node, list):
+        return [strip_extensions(v) for v in node]
+    return node
+
+
 def _schema_type(schema: Any) -> str | None:
     if isinstance(schema, dict) and isinstance(schema.get("type"), str):
         return schema["type"]
@@ -262,13 +272,8 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
     if not isinstance(paths, dict):
         raise CompileError([("paths", "must be an object")])
     base_url_hash = sha256_json(base_url)
-    for path, raw_item in paths.items():
-        if not isinstance(raw_item, dict):
-            continue
-        try:
-            item = resolve(raw_item, openapi)
-        except ValueError as err:
-            problems.append((f"paths.{path}", str(err)))
+    for path, item in paths.items():
+        if not isinstance(item, dict):
             continue
         for method in HTTP_METHODS:
             op = item.get(method)
@@ -293,7 +298,15 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
                 problems.append((where, f"operationId '{op_id}' is used twice"))
                 continue
             op_problems: list[tuple[str, str]] = []
-            input_schema, locations = _input(op, item, openapi, where, op_problems, result.warnings, op_id)
+            try:
+                # Only what this operation's input needs is resolved: a recursive response schema
+                # elsewhere must not refuse the provider.
+                input_schema, locations = _input(op, item, openapi, where, op_problems,
+                                                 result.warnings, op_id)
+            except ValueError as err:
+                problems.append((where, str(err)))
+                continue
+            input_schema = strip_extensions(input_schema)
             approval = acc.get("approval") or {}
             rules = tuple(approval.get("when") or ())
             for rule in rules:
