@@ -120,9 +120,14 @@ def knowledge_capabilities(route_key: str):
         "delivery_modes": ["inline", "on_demand"],
         "trust": "reference_only",
         "search": {"max_query_chars": knowledge.QUERY_MAX_CHARS, "max_results": knowledge.SEARCH_MAX_RESULTS,
-                   "default_results": settings["top_k"], "hint_max_chars": knowledge.HINT_CHARS},
+                   "default_results": _default_results(settings), "hint_max_chars": knowledge.HINT_CHARS},
         "read": {"max_chars": knowledge.READ_MAX_CHARS},
     })
+
+
+def _default_results(settings: dict) -> int:
+    # top_k also bounds inline knowledge (up to 50); a search never returns more than its maximum.
+    return min(settings["top_k"], knowledge.SEARCH_MAX_RESULTS)
 
 
 def _enabled(settings: dict) -> None:
@@ -146,7 +151,7 @@ def knowledge_search(route_key: str):
     if checker.problems:
         raise invalid_request(checker)
     _enabled(settings)
-    limit = body.get("limit", settings["top_k"])
+    limit = body.get("limit", _default_results(settings))
     rows = knowledge.search(g.db, route.route_key, body["query"], limit, settings["max_docs"])
     return jsonify({"schema": "bailing.agent-knowledge-search.v1", "route": route.route_key,
                     "trust": "reference_only", "limit": limit,

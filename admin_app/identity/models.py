@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, ForeignKey, Text
+from sqlalchemy import ARRAY, BigInteger, ForeignKey, Text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -16,7 +16,7 @@ from ..db import Base
 class ClientApp(Base):
     __tablename__ = "bz_client_apps"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     app_id: Mapped[str]
     name: Mapped[str]
     allowed_routes: Mapped[list[str]] = mapped_column(ARRAY(Text))
@@ -31,7 +31,7 @@ class ClientApp(Base):
 class Route(Base):
     __tablename__ = "bz_routes"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     route_key: Mapped[str]
     name: Mapped[str]
     description: Mapped[str]
@@ -48,7 +48,7 @@ class Route(Base):
 class ToolProvider(Base):
     __tablename__ = "bz_tool_providers"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     name: Mapped[str]
     base_url: Mapped[str]
     openapi: Mapped[dict[str, Any]] = mapped_column(JSONB)
@@ -83,7 +83,7 @@ class AgentSession(Base):
 class Admin(Base):
     __tablename__ = "bz_admins"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     username: Mapped[str]
     password_hash: Mapped[str]
     role: Mapped[str]
@@ -95,8 +95,8 @@ class Admin(Base):
 class AdminToken(Base):
     __tablename__ = "bz_admin_tokens"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    admin_id: Mapped[int] = mapped_column(ForeignKey("bz_admins.id"))
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    admin_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("bz_admins.id"))
     token_hash: Mapped[str]
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     last_used_at: Mapped[datetime | None]

@@ -5,7 +5,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey
+from sqlalchemy import BigInteger, ForeignKey
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -15,7 +15,7 @@ from ..db import Base
 class Thread(Base):
     __tablename__ = "bz_threads"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("bz_agent_sessions.id"))
     route_key: Mapped[str]
     client_conversation_id: Mapped[str]
@@ -26,7 +26,7 @@ class Run(Base):
     __tablename__ = "bz_runs"
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    thread_id: Mapped[int] = mapped_column(ForeignKey("bz_threads.id"))
+    thread_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("bz_threads.id"))
     session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     client_app_id: Mapped[str]
     route_key: Mapped[str]
@@ -48,8 +48,8 @@ class Run(Base):
 class Message(Base):
     __tablename__ = "bz_messages"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    thread_id: Mapped[int] = mapped_column(ForeignKey("bz_threads.id"))
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    thread_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("bz_threads.id"))
     run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("bz_runs.id"))
     role: Mapped[str]
     message_id: Mapped[str]
@@ -60,7 +60,7 @@ class Message(Base):
 class KnowledgeDocument(Base):
     __tablename__ = "bz_knowledge_documents"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     route_key: Mapped[str]
     name: Mapped[str]
     title: Mapped[str]
@@ -74,8 +74,8 @@ class KnowledgeDocument(Base):
 class KnowledgeChunk(Base):
     __tablename__ = "bz_knowledge_chunks"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    document_id: Mapped[int] = mapped_column(ForeignKey("bz_knowledge_documents.id"))
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    document_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("bz_knowledge_documents.id"))
     ordinal: Mapped[int]
     heading: Mapped[str]
     content: Mapped[str]
