@@ -42,7 +42,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.extensions["bailing"] = Hub(settings=settings, db=Database(settings))
 
     register_error_handlers(app)
-    from .api import admin_api, agent_audit, agent_auth, agent_runtime, agent_tools
+    from .api import admin_api, agent_audit, agent_auth, agent_invocations, agent_runtime, agent_tools
     from .health import bp as health_bp
 
     app.register_blueprint(health_bp)
@@ -50,6 +50,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(agent_tools.bp)
     app.register_blueprint(agent_runtime.bp)
     app.register_blueprint(agent_audit.bp)
+    app.register_blueprint(agent_invocations.bp)
     app.register_blueprint(admin_api.bp)
 
     @app.get("/")

@@ -28,6 +28,6 @@ def int_param(params: dict[str, str], key: str, default: int, minimum: int, maxi
     raw = params.get(key)
     if raw is None:
         return default
-    if not raw.isdigit() or len(raw) > 10 or not minimum <= int(raw) <= maximum:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 10 or not minimum <= int(raw) <= maximum:
         raise invalid_request(Checker.single(key, f"must be a whole number from {minimum} to {maximum}"))
     return int(raw)

@@ -77,8 +77,8 @@ def _uuid(checker: Checker, value: Any, path: str) -> str | None:
     except ValueError:
         checker.add(path, "must be a UUID")
         return None
-    if str(parsed) != value.lower() or len(value) != 36:
-        checker.add(path, "must be a UUID in its canonical 8-4-4-4-12 form")
+    if str(parsed) != value:
+        checker.add(path, "must be a UUID in its canonical lowercase 8-4-4-4-12 form")
         return None
     return str(parsed)
 

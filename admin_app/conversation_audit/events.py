@@ -55,7 +55,7 @@ def _validate(body: dict) -> list[dict]:
     for i, event in enumerate(events):
         path = join("events", i)
         kind = event.get("kind") if isinstance(event, dict) else None
-        if isinstance(event, dict) and kind not in EXTRA_FIELDS:
+        if isinstance(event, dict) and not (isinstance(kind, str) and kind in EXTRA_FIELDS):
             checker.add(join(path, "kind"), "must be one of " + ", ".join(EXTRA_FIELDS))
             continue
         if checker.obj(event, path, required=BASE_FIELDS + EXTRA_FIELDS.get(kind, ())) is None:
@@ -79,10 +79,10 @@ def _validate(body: dict) -> list[dict]:
         for key in ("run_id", "member_session_id"):
             if key in event:
                 try:
-                    if not isinstance(event[key], str) or str(uuid.UUID(event[key])) != event[key].lower():
+                    if not isinstance(event[key], str) or str(uuid.UUID(event[key])) != event[key]:
                         raise ValueError
                 except ValueError:
-                    checker.add(join(path, key), "must be a UUID")
+                    checker.add(join(path, key), "must be a UUID in canonical lowercase form")
     if checker.problems:
         raise invalid_request(checker)
     if batch_bytes > BATCH_TEXT_MAX_BYTES:

@@ -35,17 +35,20 @@ def parse_summary(content: str) -> dict | None:
         return None
     try:
         raw = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(raw, dict) or raw.get("schema") != SUMMARY_SCHEMA:
         return None
+    listed = raw.get("invocations")
+    listed = listed if isinstance(listed, list) else []
     records = []
-    for item in raw.get("invocations") or []:
+    for item in listed:
         if not isinstance(item, dict):
             continue
         inv, tool, state = item.get("invocation_id"), item.get("tool"), item.get("state")
         if not (isinstance(inv, str) and 0 < len(inv) <= MAX_ID_CHARS and isinstance(tool, str)
-                and 0 < len(tool) <= MAX_ID_CHARS and state in INVOCATION_STATES):
+                and 0 < len(tool) <= MAX_ID_CHARS and isinstance(state, str)
+                and state in INVOCATION_STATES):
             continue
         record = {"invocation_id": inv, "tool": tool, "state": state}
         if item.get("next_action") == "inspect_original":
@@ -55,8 +58,7 @@ def parse_summary(content: str) -> dict | None:
     omitted = _count(raw.get("omitted")) or 0
     return {"invocations": records,
             "total": total if total is not None and total >= len(records) else len(records) + omitted,
-            "omitted": omitted + (len(raw.get("invocations") or []) - len(records)
-                                  if isinstance(raw.get("invocations"), list) else 0)}
+            "omitted": omitted + len(listed) - len(records)}
 
 
 def _summary_entry(message: Message, facts: dict, room: int) -> dict:

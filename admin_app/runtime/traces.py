@@ -1,4 +1,4 @@
-"""Run traces for support staff: a run, its visible messages, and its archive link."""
+"""Run traces for support staff: a run, its visible messages, its tool jobs, its archive link."""
 from __future__ import annotations
 
 import uuid
@@ -10,6 +10,7 @@ from ..canonical import iso
 from ..conversation_audit.availability import Availability
 from ..conversation_audit.reads import run_audit_link
 from ..errors import ApiError
+from ..invocations.traces import jobs_of_run
 from .models import Message, Run
 
 
@@ -27,16 +28,16 @@ def run_trace(db: Session, run_id: uuid.UUID, available: Availability) -> dict:
             "route_key": run.route_key,
             "thread_id": run.thread_id,
             "client_conversation_id": run.client_conversation_id,
-            "client_turn_id": run.client_turn_id,
             "user_message_id": run.user_message_id,
             "status": run.status,
             "profile_revision": run.profile_revision,
             "capability_revision": run.capability_revision,
             "created_at": iso(run.created_at),
             "completed_at": iso(run.completed_at),
+            # conversation_audit_id and client_turn_id appear once an archive links the run.
             **run_audit_link(db, run.id, available),
         },
         "messages": [{"role": m.role, "message_id": m.message_id, "content": m.content,
                       "created_at": iso(m.created_at)} for m in messages],
-        "jobs": [],
+        "jobs": jobs_of_run(db, run.id),
     }

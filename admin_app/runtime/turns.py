@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -213,6 +213,8 @@ def complete_run(db: Session, session: AgentSession, run: Run, body: dict) -> di
         if run.completion_hash != fingerprint:
             raise ApiError(409, "completion_conflict", "This run was already completed differently.")
         return _completion_view(run)
+    # Runs of one thread complete one at a time, so a message id is checked and taken atomically.
+    db.execute(select(Thread.id).where(Thread.id == run.thread_id).with_for_update())
     clash = db.scalar(select(Message.id).where(Message.thread_id == run.thread_id,
                                                Message.role == "assistant",
                                                Message.message_id == body["assistant_message_id"]))

@@ -1,0 +1,52 @@
+"""/agent-api/v1/tool-invocations: governed business calls, their resume and their receipt.
+
+These endpoints manage their own transactions (the journal must be committed before a business
+request leaves), so they authenticate inside the service instead of through the decorator."""
+from __future__ import annotations
+
+from flask import Blueprint, current_app, jsonify, request
+
+from ..errors import invalid_request, unauthorized
+from ..identity.sessions import authenticate_access
+from ..identity.tokens import bearer_from_header
+from ..invocations import service
+from ..validation import Checker
+from .body import read_json_object
+
+bp = Blueprint("agent_invocations", __name__, url_prefix="/agent-api/v1/tool-invocations")
+
+
+def _database():
+    return current_app.extensions["bailing"].db
+
+
+def _bearer() -> str | None:
+    return bearer_from_header(request.headers.get("Authorization"))
+
+
+def _authenticated_first() -> None:
+    """Refuse a stranger before reading up to 2 MiB of body; the service checks again in the
+    transaction that acts."""
+    with _database().session() as db:
+        if authenticate_access(db, _bearer()) is None:
+            raise unauthorized()
+
+
+@bp.post("")
+def invoke():
+    _authenticated_first()
+    body = read_json_object(service.ENVELOPE_MAX_BYTES, service.envelope_too_large)
+    return jsonify(service.invoke(_database(), _bearer(), body))
+
+
+@bp.post("/<invocation_id>/resume")
+def resume(invocation_id: str):
+    body = read_json_object(64 * 1024)
+    if body:
+        raise invalid_request(Checker.single(next(iter(body)), "resume takes an empty object"))
+    return jsonify(service.resume(_database(), _bearer(), invocation_id))
+
+
+@bp.get("/<invocation_id>/receipt")
+def receipt(invocation_id: str):
+    return jsonify(service.receipt(_database(), _bearer(), invocation_id))

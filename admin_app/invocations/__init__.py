@@ -1,0 +1,1 @@
+"""Governed tool invocations: budgets, approvals, journal, signed dispatch, resume."""

@@ -1,0 +1,131 @@
+"""The approvers' side: the queue, the exact snapshot, and decisions.
+
+A decision is one conditional UPDATE (pending and the same args_hash the approver saw), so two
+approvers racing, or an approver looking at a stale page, can never both win or decide on a
+snapshot other than the one shown."""
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select, text, update
+from sqlalchemy.orm import Session
+
+from ..canonical import iso, utc_now
+from ..errors import ApiError, invalid_request
+from ..identity.models import Admin, AgentSession
+from ..validation import Checker
+from .models import Approval, Invocation
+
+LIST_SCHEMA = "bailing.tool-approval-list.v1"
+REASON_MAX = 2000
+
+
+def _not_found() -> ApiError:
+    return ApiError(404, "approval_not_found", "No such approval.")
+
+
+def parse_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise _not_found() from None
+
+
+def item_view(approval: Approval, inv: Invocation, session: AgentSession | None) -> dict:
+    """What a queue shows: never the snapshot itself."""
+    return {
+        "id": str(approval.id),
+        "invocation_id": inv.invocation_id,
+        "tool": approval.tool,
+        "route": approval.route_key,
+        "risk": approval.risk,
+        "status": approval.status,
+        "args_hash": approval.args_hash,
+        "snapshot_bytes": approval.snapshot_bytes,
+        "argument_keys": list(approval.argument_keys),
+        "summary": approval.summary,
+        "prompt": approval.prompt,
+        "policy": approval.policy,
+        "requester": {
+            "session_id": str(inv.session_id),
+            "client_app_id": session.client_app_id if session else None,
+            "principal": approval.principal,
+            "on_behalf_of": approval.on_behalf_of,
+        },
+        "invocation_status": inv.status,
+        "created_at": iso(approval.created_at),
+        "decided_at": iso(approval.decided_at),
+        "decided_by": approval.decided_by,
+        "decision_reason": approval.decision_reason,
+        "consumed_at": iso(approval.consumed_at),
+    }
+
+
+def list_approvals(db: Session, status: str, limit: int, offset: int) -> dict:
+    query = (select(Approval, Invocation, AgentSession)
+             .join(Invocation, Invocation.id == Approval.job_id)
+             .join(AgentSession, AgentSession.id == Invocation.session_id)
+             .order_by((Approval.status == "pending").desc(), Approval.created_at, Approval.id)
+             .limit(limit + 1).offset(offset))
+    if status == "pending":
+        query = query.where(Approval.status == "pending")
+    rows = db.execute(query).all()
+    has_more = len(rows) > limit
+    return {"schema": LIST_SCHEMA, "items": [item_view(*row) for row in rows[:limit]],
+            "has_more": has_more, "next_offset": offset + limit if has_more else None}
+
+
+def get(db: Session, approval_ref: str) -> tuple[Approval, Invocation, AgentSession]:
+    row = db.execute(select(Approval, Invocation, AgentSession)
+                     .join(Invocation, Invocation.id == Approval.job_id)
+                     .join(AgentSession, AgentSession.id == Invocation.session_id)
+                     .where(Approval.id == parse_id(approval_ref))).first()
+    if row is None:
+        raise _not_found()
+    return row
+
+
+def snapshot(db: Session, approval_ref: str) -> Approval:
+    approval = db.get(Approval, parse_id(approval_ref))
+    if approval is None:
+        raise _not_found()
+    return approval
+
+
+def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: dict) -> dict:
+    checker = Checker()
+    checker.obj(body, "", required=("args_hash",), optional=("reason",))
+    if "args_hash" in body:
+        checker.string(body["args_hash"], "args_hash", min_len=64, max_len=64)
+    if "reason" in body:
+        checker.string(body["reason"], "reason", max_len=REASON_MAX)
+    reason = body.get("reason") if isinstance(body.get("reason"), str) else None
+    if decision == "denied" and not checker.problems and not (reason and reason.strip()):
+        checker.add("reason", "a denial needs a reason")
+    if checker.problems:
+        raise invalid_request(checker)
+    approval_id = parse_id(approval_ref)
+    now = utc_now()
+    decided = db.execute(
+        update(Approval)
+        .where(Approval.id == approval_id, Approval.status == "pending",
+               Approval.args_hash == body["args_hash"])
+        .values(status=decision, decided_by=admin.username, decided_at=now,
+                decision_reason=reason)
+        .returning(Approval.id)).first()
+    if decided is None:
+        current = db.get(Approval, approval_id)
+        if current is None:
+            raise _not_found()
+        if current.status != "pending":
+            raise ApiError(409, "approval_not_pending", f"This approval was already {current.status}.")
+        raise ApiError(409, "approval_snapshot_changed",
+                       "The snapshot hash differs from the one you reviewed; review it again.")
+    if decision == "denied":
+        # A denied call never reaches the business system: the invocation ends here.
+        db.execute(text("""
+            UPDATE bz_tool_invocations SET status = 'denied', reason = 'approval_denied', updated_at = now()
+            WHERE id = (SELECT job_id FROM bz_tool_approvals WHERE id = :id) AND status = 'awaiting_approval'"""),
+            {"id": approval_id})
+    db.expire_all()
+    return item_view(*get(db, str(approval_id)))

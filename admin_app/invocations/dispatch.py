@@ -1,0 +1,106 @@
+"""One signed HTTP call to a business system, and what came back.
+
+Any failure once the request may have left (connection reset, timeout, a body that cannot be read
+whole) is `uncertain`: the hub cannot know whether the business system acted, so it never says
+it did not."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+import requests
+
+from . import signing
+
+MAX_RESPONSE_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    method: str
+    url: str
+    path_with_query: str
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    http_status: int | None
+    body: Any = None
+    failure: str | None = None  # set when the outcome is uncertain
+
+    @property
+    def uncertain(self) -> bool:
+        return self.failure is not None
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def prepare(tool, base_url: str, arguments: dict) -> PreparedCall:
+    """Split the flat arguments back into path, query and JSON body, as the compiler merged them."""
+    path = tool.path
+    query: list[tuple[str, str]] = []
+    fields: dict[str, Any] = {}
+    locations = set(tool.locations.values())
+    body_mode = "whole" if "whole_body" in locations else "fields" if "body" in locations else None
+    payload: Any = None
+    for name, value in arguments.items():
+        where = tool.locations.get(name)
+        if where == "path":
+            path = path.replace("{" + name + "}", quote(_query_value(value), safe=""))
+        elif where == "query":
+            for item in value if isinstance(value, list) else [value]:
+                query.append((name, _query_value(item)))
+        elif where == "body":
+            fields[name] = value
+        elif where == "whole_body":
+            payload = value
+    if body_mode == "fields":
+        payload = fields
+    body = b""
+    if body_mode == "fields" or (body_mode == "whole" and "body" in arguments):
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    base = base_url.rstrip("/")
+    suffix = path + ("?" + urlencode(query) if query else "")
+    return PreparedCall(tool.method, base + suffix, urlsplit(base).path + suffix, body)
+
+
+def send(call: PreparedCall, *, secret: str, job_id: str, scope: str, on_behalf_of: str,
+         idempotency_key: str, timeout_ms: int) -> Outcome:
+    headers = signing.headers(secret, timestamp=str(int(time.time())), method=call.method,
+                              path_with_query=call.path_with_query, body=call.body,
+                              on_behalf_of=on_behalf_of, job_id=job_id, scope=scope,
+                              idempotency_key=idempotency_key)
+    if call.body:
+        headers["Content-Type"] = "application/json"
+    headers["Accept"] = "application/json"
+    timeout = timeout_ms / 1000
+    try:
+        with requests.request(call.method, call.url, data=call.body or None, headers=headers,
+                              timeout=(min(timeout, 10), timeout), stream=True,
+                              allow_redirects=False) as response:
+            raw = bytearray()
+            for piece in response.iter_content(64 * 1024):
+                raw.extend(piece)
+                if len(raw) > MAX_RESPONSE_BYTES:
+                    return Outcome(response.status_code, failure="response body larger than the hub reads")
+            return Outcome(response.status_code, _decode(bytes(raw), response.headers.get("Content-Type", "")))
+    except requests.RequestException as err:
+        return Outcome(None, failure=type(err).__name__)
+
+
+def _decode(raw: bytes, content_type: str) -> Any:
+    text = raw.decode("utf-8", errors="replace")
+    if "json" in content_type.lower():
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text

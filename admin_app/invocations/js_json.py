@@ -1,0 +1,60 @@
+"""JavaScript's JSON.stringify, byte for byte, for measuring argument budgets as clients do.
+
+Python's json.dumps differs from JavaScript in number formatting (1.0 vs 1, 1e-07 vs 1e-7,
+1e+16 vs 10000000000000000, integers beyond 2**53) and must not escape non-ASCII text. Strings
+are escaped exactly as JSON.stringify does: \\" \\\\ \\b \\f \\n \\r \\t, other controls as \\u00xx.
+"""
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+_ESCAPE = json.encoder.py_encode_basestring  # same escapes as JSON.stringify for valid text
+
+
+def number(value: int | float) -> str:
+    """ECMAScript Number::toString of the double a JavaScript client would hold."""
+    x = float(value)
+    if x != x or x in (float("inf"), float("-inf")):
+        return "null"
+    if x == 0:
+        return "0"
+    sign = "-" if x < 0 else ""
+    digits_tuple = Decimal(repr(abs(x))).normalize().as_tuple()
+    s = "".join(str(d) for d in digits_tuple.digits)
+    k = len(s)
+    n = k + digits_tuple.exponent
+    if k <= n <= 21:
+        out = s + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = s[:n] + "." + s[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + s
+    else:
+        e = n - 1
+        exp = ("+" if e > 0 else "-") + str(abs(e))
+        out = (s if k == 1 else s[0] + "." + s[1:]) + "e" + exp
+    return sign + out
+
+
+def stringify(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return _ESCAPE(value)
+    if isinstance(value, (int, float)):
+        return number(value)
+    if isinstance(value, list):
+        return "[" + ",".join(stringify(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(_ESCAPE(k) + ":" + stringify(v) for k, v in value.items()) + "}"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def byte_length(value: Any) -> int:
+    return len(stringify(value).encode("utf-8"))

@@ -1,0 +1,78 @@
+"""Typed mappings of sql/004_tool_invocations.sql."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ARRAY, ForeignKey, Text
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ..db import Base
+
+
+class Invocation(Base):
+    __tablename__ = "bz_tool_invocations"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    invocation_id: Mapped[str]
+    route_key: Mapped[str]
+    run_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    tool: Mapped[str]
+    provider: Mapped[str]
+    scope: Mapped[str]
+    request_hash: Mapped[str]
+    args_hash: Mapped[str]
+    argument_keys: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    execution_fingerprint: Mapped[str]
+    capability_revision: Mapped[str]
+    on_behalf_of: Mapped[str | None]
+    status: Mapped[str]
+    reason: Mapped[str | None]
+    business_status: Mapped[int | None]
+    result_body: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")
+    updated_at: Mapped[datetime] = mapped_column(server_default="now()")
+
+
+class Approval(Base):
+    __tablename__ = "bz_tool_approvals"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("bz_tool_invocations.id"))
+    tool: Mapped[str]
+    route_key: Mapped[str]
+    risk: Mapped[str]
+    policy: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    prompt: Mapped[str | None]
+    snapshot: Mapped[str]
+    args_hash: Mapped[str]
+    snapshot_bytes: Mapped[int]
+    argument_keys: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    summary: Mapped[str]
+    principal: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    on_behalf_of: Mapped[str | None]
+    status: Mapped[str] = mapped_column(default="pending")
+    decided_by: Mapped[str | None]
+    decided_at: Mapped[datetime | None]
+    decision_reason: Mapped[str | None]
+    consumed_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")
+
+
+class JournalEntry(Base):
+    __tablename__ = "bz_tool_journal"
+
+    job_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("bz_tool_invocations.id"),
+                                              primary_key=True)
+    state: Mapped[str]
+    idempotency_key: Mapped[str]
+    method: Mapped[str]
+    path: Mapped[str]
+    body_sha256: Mapped[str]
+    http_status: Mapped[int | None]
+    failure: Mapped[str | None]
+    started_at: Mapped[datetime] = mapped_column(server_default="now()")
+    finished_at: Mapped[datetime | None]

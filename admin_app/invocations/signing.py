@@ -1,0 +1,44 @@
+"""Signed business calls. The signature covers timestamp, method, path with query, the body's
+SHA-256, the on-behalf-of subject and the job id, so none of them can be changed in transit.
+A valid signature proves the hub sent the call; it is never business authorization."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+MAX_CLOCK_SKEW = 300  # seconds a business system should accept either side of its clock
+
+
+def canonical_request(timestamp: str, method: str, path_with_query: str, body: bytes,
+                      on_behalf_of: str, job_id: str) -> bytes:
+    return "\n".join([timestamp, method.upper(), path_with_query, hashlib.sha256(body).hexdigest(),
+                      on_behalf_of, job_id]).encode("utf-8")
+
+
+def signature(secret: str, message: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+def headers(secret: str, *, timestamp: str, method: str, path_with_query: str, body: bytes,
+            on_behalf_of: str, job_id: str, scope: str, idempotency_key: str) -> dict[str, str]:
+    message = canonical_request(timestamp, method, path_with_query, body, on_behalf_of, job_id)
+    return {
+        "X-Bailing-Signature": signature(secret, message),
+        "X-Bailing-Timestamp": timestamp,
+        "X-Bailing-Tool-Scope": scope,
+        "X-Bailing-Job-Id": job_id,
+        "X-Bailing-On-Behalf-Of": on_behalf_of,
+        "X-Bailing-Idempotency-Key": idempotency_key,
+    }
+
+
+def verify(secret: str, received: dict[str, str], *, method: str, path_with_query: str, body: bytes,
+           now: float) -> bool:
+    """The business side's check (used by the demo business system)."""
+    timestamp = received.get("X-Bailing-Timestamp", "")
+    if not timestamp.isdigit() or abs(now - int(timestamp)) > MAX_CLOCK_SKEW:
+        return False
+    message = canonical_request(timestamp, method, path_with_query, body,
+                                received.get("X-Bailing-On-Behalf-Of", ""),
+                                received.get("X-Bailing-Job-Id", ""))
+    return hmac.compare_digest(signature(secret, message), received.get("X-Bailing-Signature", ""))
