@@ -194,3 +194,82 @@ def issue_session(cli, configured):
         return out
 
     return issue
+
+
+# ---------------------------------------------------------------- the demo business system
+
+DEMO_SECRETS = {"crm": "demo-crm-signing-secret", "erp": "demo-erp-signing-secret"}
+DEMO_CONTROL = "demo-control-token"
+
+
+class Business:
+    """The demo business system on a loopback port, with its control endpoints at hand."""
+
+    def __init__(self):
+        from admin_app.demo.business import create_business_app
+
+        self.app = create_business_app(DEMO_SECRETS, control_token=DEMO_CONTROL)
+        self.live = LiveServer(self.app)
+        self.url = self.live.url
+
+    def fault(self, operation: str, mode: str = "drop_response", count: int = 1, **extra) -> None:
+        response = self.live.post("/_demo/faults", headers={"X-Demo-Control": DEMO_CONTROL},
+                                  json={"operation": operation, "mode": mode, "count": count, **extra})
+        assert response.status_code == 200, response.text
+
+    def executions(self, operation: str | None = None) -> list[dict]:
+        response = self.live.get("/_demo/executions", headers={"X-Demo-Control": DEMO_CONTROL})
+        assert response.status_code == 200, response.text
+        return [e for e in response.json()["executions"] if operation in (None, e["operation"])]
+
+
+@pytest.fixture
+def business(monkeypatch):
+    monkeypatch.setenv("DEMO_CRM_SECRET", DEMO_SECRETS["crm"])
+    monkeypatch.setenv("DEMO_ERP_SECRET", DEMO_SECRETS["erp"])
+    biz = Business()
+    yield biz
+    biz.live.stop()
+
+
+def governed_config(business_url: str, **route_overrides) -> dict:
+    """Both example providers served by the demo business system, one route over all their
+    tools, CRM and ERP client apps. Route fields can be overridden by keyword."""
+    route = {
+        "route_key": "desk", "name": "Operations desk", "enabled": True,
+        "audience": {"enabled": False},
+        "target_config": {"system_prompt": "You help the operations desk."},
+        "agent_client": {"enabled": True},
+        "tools": {"sources": [{"provider": "demo-crm", "allow": ["*"]},
+                              {"provider": "demo-erp", "allow": ["*"]}],
+                  "agent_direct": {"enabled": True, "write_tools": [
+                      "customer_update_credit_limit", "customer_note_add", "customer_update_email",
+                      "customer_merge", "order_create", "order_cancel", "inventory_adjust",
+                      "inventory_reserve", "order_update_shipping_address"]}},
+    }
+    route.update(route_overrides)
+    return {
+        "tool_providers": [
+            {"name": "demo-crm", "base_url": business_url + "/crm",
+             "openapi": str(EXAMPLES / "crm.openapi.json"), "secret_env": "DEMO_CRM_SECRET"},
+            {"name": "demo-erp", "base_url": business_url + "/erp",
+             "openapi": str(EXAMPLES / "erp.openapi.json"), "secret_env": "DEMO_ERP_SECRET"},
+        ],
+        "routes": [route],
+        "client_apps": [{"app_id": "ops-app", "name": "Operations", "allowed_routes": ["desk"],
+                         "enabled": True}],
+    }
+
+
+@pytest.fixture
+def governed(cli, business, tmp_path):
+    """The hub configured over the demo business system; returns an agent session on `desk`."""
+    path = tmp_path / "governed.json"
+    path.write_text(json.dumps(governed_config(business.url)))
+    code, out, err = cli("config", "apply", str(path))
+    assert code == 0, err
+    code, out, err = cli("sessions", "issue", "--client", "ops-app", "--routes", "desk",
+                         "--principal", '{"id": "user-42", "tenant": "tenant-7"}',
+                         "--on-behalf-of", "tenant-7:user-42")
+    assert code == 0, err
+    return out
