@@ -6,7 +6,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from flask import Flask, render_template
+from flask import Flask, redirect, url_for
 
 from .config import PROJECT_ROOT, Settings
 from .db import Database
@@ -36,6 +36,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.config.update(
         SECRET_KEY=settings.secret_key or _local_secret_key(settings.data_dir),
         MAX_CONTENT_LENGTH=None,  # bodies are limited per endpoint while they are read
+        SESSION_COOKIE_SECURE=settings.cookie_secure,
+        DISPLAY_TIMEZONE=settings.display_timezone,
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False
@@ -52,10 +54,13 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(agent_audit.bp)
     app.register_blueprint(agent_invocations.bp)
     app.register_blueprint(admin_api.bp)
+    from . import console
+
+    console.init_app(app)
 
     @app.get("/")
     def index():
-        return render_template("index.html")
+        return redirect(url_for("console_auth.home"))
 
     @app.after_request
     def _headers(response):

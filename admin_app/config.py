@@ -24,6 +24,16 @@ def _int(name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
+def _zone(name: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SystemExit(f"BAILING_DISPLAY_TIMEZONE: unknown time zone {name!r}") from None
+    return name
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
@@ -35,6 +45,8 @@ class Settings:
     json_body_max_bytes: int = 1024 * 1024
     access_token_ttl: int = 15 * 60
     refresh_token_ttl: int = 30 * 24 * 3600
+    cookie_secure: bool = False
+    display_timezone: str = "UTC"
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -48,6 +60,8 @@ class Settings:
             json_body_max_bytes=_int("BAILING_JSON_BODY_MAX_BYTES", 1024 * 1024),
             access_token_ttl=_int("BAILING_ACCESS_TOKEN_TTL", 15 * 60),
             refresh_token_ttl=_int("BAILING_REFRESH_TOKEN_TTL", 30 * 24 * 3600),
+            cookie_secure=os.environ.get("BAILING_COOKIE_SECURE", "") in ("1", "true", "yes"),
+            display_timezone=_zone(os.environ.get("BAILING_DISPLAY_TIMEZONE") or "UTC"),
         )
 
     def replace(self, **changes) -> "Settings":

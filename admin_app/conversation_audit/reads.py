@@ -67,14 +67,7 @@ def archive_detail(db: Session, archive_ref: str, after_sequence: int, limit: in
         SELECT session_id, label, confirmed_at, principal, on_behalf_of{bindings}
         FROM bz_agent_conversation_members WHERE archive_id = :id ORDER BY position"""),
         {"id": archive_id})
-    events = list(db.execute(text("""
-        SELECT sequence, event_id, client_turn_id, kind, content, status, run_id, member_session_id,
-               thread_id, created_at
-        FROM bz_agent_conversation_events
-        WHERE archive_id = :id AND sequence > :after ORDER BY sequence LIMIT :limit"""),
-        {"id": archive_id, "after": after_sequence, "limit": limit + 1}))
-    has_more = len(events) > limit
-    page = events[:limit]
+    page, has_more = event_page(db, archive_id, after_sequence, limit)
     return {
         "schema": DETAIL_SCHEMA,
         "conversation": header_view(header),
@@ -95,3 +88,68 @@ def run_audit_link(db: Session, run_id: Any, available: Availability) -> dict:
     if row is None:
         return {}
     return {"conversation_audit_id": str(row.archive_id), "client_turn_id": row.client_turn_id}
+
+
+# ------------------------------------------------------------------ console search
+
+FILTERS = ("state", "app", "route", "status", "from", "to", "q")
+
+
+def _like(value: str) -> str:
+    return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def search_archives(db: Session, filters: dict[str, str], cursor: tuple | None, limit: int) -> tuple[list, tuple | None]:
+    """Archives newest-updated first, filtered; keyset paging on (updated_at, id) so the hundredth
+    page costs what the first does. Returns (rows, next cursor)."""
+    where = ["TRUE"]
+    params: dict[str, Any] = {"limit": limit + 1}
+    if filters.get("state"):
+        where.append("a.state = :state")
+        params["state"] = filters["state"]
+    if filters.get("app"):
+        where.append("a.client_app_id = :app")
+        params["app"] = filters["app"]
+    if filters.get("route"):
+        where.append("a.route_key = :route")
+        params["route"] = filters["route"]
+    if filters.get("status"):
+        if filters["status"] == "none":
+            where.append("a.last_turn_status IS NULL")
+        else:
+            where.append("a.last_turn_status = :status")
+            params["status"] = filters["status"]
+    if filters.get("from"):
+        where.append("a.updated_at >= CAST(:from_date AS date)")
+        params["from_date"] = filters["from"]
+    if filters.get("to"):
+        where.append("a.updated_at < CAST(:to_date AS date) + 1")
+        params["to_date"] = filters["to"]
+    if filters.get("q"):
+        where.append("""(a.id::text = :q_exact OR a.client_archive_id::text = :q_exact
+                         OR a.client_conversation_id ILIKE :q ESCAPE '\\'
+                         OR EXISTS (SELECT 1 FROM bz_agent_conversation_members m
+                                    WHERE m.archive_id = a.id
+                                      AND (m.label ILIKE :q ESCAPE '\\' OR m.session_id::text = :q_exact)))""")
+        params["q"] = _like(filters["q"])
+        params["q_exact"] = filters["q"].strip().lower()
+    if cursor is not None:
+        where.append("(a.updated_at, a.id) < (:cursor_at, :cursor_id)")
+        params["cursor_at"], params["cursor_id"] = cursor
+    columns = ", ".join("a." + c.strip() for c in HEADER_COLUMNS.split(","))
+    rows = list(db.execute(text(f"""
+        SELECT {columns} FROM bz_agent_conversation_archives a
+        WHERE {' AND '.join(where)}
+        ORDER BY a.updated_at DESC, a.id DESC LIMIT :limit"""), params))
+    next_cursor = (rows[limit - 1].updated_at, rows[limit - 1].id) if len(rows) > limit else None
+    return rows[:limit], next_cursor
+
+
+def event_page(db: Session, archive_id: Any, after_sequence: int, limit: int) -> tuple[list, bool]:
+    rows = list(db.execute(text("""
+        SELECT sequence, event_id, client_turn_id, kind, content, status, run_id, member_session_id,
+               thread_id, created_at
+        FROM bz_agent_conversation_events
+        WHERE archive_id = :id AND sequence > :after ORDER BY sequence LIMIT :limit"""),
+        {"id": archive_id, "after": after_sequence, "limit": limit + 1}))
+    return rows[:limit], len(rows) > limit

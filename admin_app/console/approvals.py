@@ -1,0 +1,131 @@
+"""Approvals (approvals:read to see, approvals:decide to act). The queue shows bounded
+summaries only; the full snapshot is loaded when asked for, and a decision carries the hash the
+approver saw, so a stale page cannot approve a different snapshot."""
+from __future__ import annotations
+
+import json
+
+from flask import Blueprint, Response, abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user
+from sqlalchemy import func, select
+
+from ..errors import ApiError
+from ..identity.models import Admin
+from ..invocations import approvals as service
+from ..invocations.models import Approval
+from .security import database, is_htmx, permission_required, record_read
+
+bp = Blueprint("console_approvals", __name__, url_prefix="/console/approvals")
+
+PAGE = 50
+RAW_VIEW_MAX_BYTES = 2 * 1024 * 1024
+
+
+@bp.get("/")
+@permission_required("approvals:read")
+def queue():
+    offset = request.args.get("offset", "0")
+    offset = int(offset) if offset.isascii() and offset.isdigit() and len(offset) < 10 else 0
+    with database().session() as db:
+        page = service.list_approvals(db, "pending", PAGE, offset)
+    template = "console/partials/approval_rows.html" if is_htmx() and offset else "console/approvals.html"
+    more = url_for(".queue", offset=page["next_offset"]) if page["has_more"] else None
+    return render_template(template, items=page["items"], more=more, history=False)
+
+
+@bp.get("/history")
+@permission_required("approvals:read")
+def history():
+    offset = request.args.get("offset", "0")
+    offset = int(offset) if offset.isascii() and offset.isdigit() and len(offset) < 10 else 0
+    with database().session() as db:
+        page = service.list_approvals(db, "all", PAGE, offset)
+    items = [i for i in page["items"] if i["status"] != "pending"]
+    more = url_for(".history", offset=page["next_offset"]) if page["has_more"] else None
+    template = "console/partials/approval_rows.html" if is_htmx() and offset else "console/approvals.html"
+    return render_template(template, items=items, more=more, history=True)
+
+
+@bp.get("/count")
+@permission_required("approvals:read")
+def count():
+    """The pending count in the navigation, polled by htmx."""
+    with database().session() as db:
+        pending = db.scalar(select(func.count()).select_from(Approval).where(Approval.status == "pending"))
+    return render_template("console/partials/pending_count.html", pending=pending)
+
+
+def _item(approval_id: str) -> dict:
+    with database().session() as db:
+        try:
+            return service.item_view(*service.get(db, approval_id))
+        except ApiError:
+            abort(404)
+
+
+@bp.get("/<approval_id>")
+@permission_required("approvals:read")
+def detail(approval_id: str):
+    return render_template("console/approval.html", item=_item(approval_id),
+                           can_decide=current_user.can("approvals:decide"))
+
+
+@bp.get("/<approval_id>/snapshot")
+@permission_required("approvals:read")
+def snapshot_view(approval_id: str):
+    """The snapshot rendered on demand as a fragment: pretty-printed text in one <pre>, which a
+    browser shows quickly even at 1 MiB (no per-node DOM tree)."""
+    with database().session() as db:
+        try:
+            approval = service.snapshot(db, approval_id)
+        except ApiError:
+            abort(404)
+        record_read(db, "snapshot_view", str(approval.id))
+        raw = approval.snapshot
+        args_hash = approval.args_hash
+    pretty = json.dumps(json.loads(raw), indent=2, ensure_ascii=False) if len(raw) <= RAW_VIEW_MAX_BYTES else raw
+    return render_template("console/partials/snapshot.html", pretty=pretty, args_hash=args_hash,
+                           approval_id=approval_id, size=len(raw.encode("utf-8")))
+
+
+@bp.get("/<approval_id>/snapshot.json")
+@permission_required("approvals:read")
+def snapshot_download(approval_id: str):
+    """The exact bytes that were hashed and will run."""
+    with database().session() as db:
+        try:
+            approval = service.snapshot(db, approval_id)
+        except ApiError:
+            abort(404)
+        record_read(db, "snapshot_download", str(approval.id))
+        response = Response(approval.snapshot.encode("utf-8"), mimetype="application/json")
+        response.headers["Content-Disposition"] = f'attachment; filename="approval-{approval.id}.json"'
+        response.headers["X-Bailing-Args-Hash"] = approval.args_hash
+    return response
+
+
+@bp.post("/<approval_id>/decide")
+@permission_required("approvals:decide")
+def decide(approval_id: str):
+    decision = request.form.get("decision")
+    if decision not in ("approve", "deny"):
+        abort(400)
+    body = {"args_hash": request.form.get("args_hash", "")}
+    if request.form.get("reason", "").strip():
+        body["reason"] = request.form["reason"]
+    with database().session() as db:
+        admin = db.get(Admin, current_user.admin_id)
+        try:
+            service.decide(db, admin, approval_id, "approved" if decision == "approve" else "denied", body)
+            flash("Approved: the agent's resume will run exactly this snapshot." if decision == "approve"
+                  else "Denied: the call will never reach the business system.", "ok")
+        except ApiError as err:
+            db.rollback()
+            messages = {
+                "approval_not_pending": "This approval was already decided; nothing was changed.",
+                "approval_snapshot_changed": "The snapshot differs from the one shown; review it again.",
+                "invalid_request": "A denial needs a reason." if decision == "deny" else err.message,
+                "approval_not_found": "No such approval.",
+            }
+            flash(messages.get(err.code, err.message), "error")
+    return redirect(url_for(".detail", approval_id=approval_id), code=303)
