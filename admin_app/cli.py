@@ -167,6 +167,39 @@ def tools_warnings(provider: str | None):
         _emit({"compiler_version": COMPILER_VERSION, "warnings": warnings})
 
 
+# ------------------------------------------------------------------ agent (local developer)
+
+@main.group()
+def agent():
+    """For local-agent developers: connect an agent to a hub through the browser."""
+
+
+@agent.command("login")
+@click.option("--hub", "hub_url", required=True, help="The hub's base URL, e.g. http://127.0.0.1:5000")
+@click.option("--client", "client_app_id", required=True, help="The business system's public app_id.")
+@click.option("--route", "routes", required=True, multiple=True, help="The workspace (route) to request.")
+@click.option("--device-label", default=None)
+@click.option("--store", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to keep the session (default ~/.config/bailing/agent-session.json, mode 0600).")
+@click.option("--no-browser", is_flag=True, help="Print the address instead of opening a browser.")
+def agent_login(hub_url, client_app_id, routes, device_label, store, no_browser):
+    """Authorize a local agent in the business system's page and store its Agent Session."""
+    from .agent_client import DEFAULT_STORE, AgentAuthError, login
+
+    def show(url: str) -> None:
+        click.echo(f"Open this address to approve the agent:\n  {url}", err=True)
+
+    try:
+        session = login(hub_url, client_app_id, list(routes), device_label=device_label,
+                        store=store or DEFAULT_STORE, open_url=show if no_browser else None)
+    except AgentAuthError as err:
+        _fail("agent_login_failed", str(err))
+    _emit({"session_id": session["session_id"], "allowed_routes": session["allowed_routes"],
+           "access_expires_at": session["access_expires_at"],
+           "refresh_expires_at": session["refresh_expires_at"],
+           "stored_in": str(store or DEFAULT_STORE)})
+
+
 # ------------------------------------------------------------------ knowledge
 
 @main.group()

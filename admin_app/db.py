@@ -68,14 +68,23 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A session in one transaction: committed on success, rolled back on any error."""
-        factory = self._sessions if self._engine is not None and self._pid == os.getpid() else None
-        if factory is None:
-            self.engine  # noqa: B018 - creates the factory for this process
-            factory = self._sessions
-        assert factory is not None
-        with factory() as session, session.begin():
-            yield session
+        """A session in one transaction: committed on success, rolled back on any error, except
+        an error marked `commit_anyway` (a refusal whose fail-closed side effect, such as
+        revoking a session, must stand)."""
+        self.engine  # noqa: B018 - makes sure this process has its engine and factory
+        assert self._sessions is not None
+        with self._sessions() as session:
+            session.begin()
+            try:
+                yield session
+            except BaseException as exc:
+                if getattr(exc, "commit_anyway", False):
+                    session.commit()
+                else:
+                    session.rollback()
+                raise
+            else:
+                session.commit()
 
     def dispose(self) -> None:
         if self._engine is not None and self._pid == os.getpid():

@@ -28,6 +28,7 @@ class ApiError(Exception):
         self.message = message
         self.extra = extra
         self.headers: dict[str, str] = {}
+        self.commit_anyway = False  # see Database.session
 
     def body(self) -> dict:
         return {"error": self.code, "message": self.message, **self.extra}

@@ -1,9 +1,12 @@
-"""/agent-auth/v1: how a local agent holds, inspects and gives up its Agent Session."""
+"""/agent-auth/v1: browser authorization of a local agent (PKCE), token exchange and refresh,
+session inspection and revocation."""
 from __future__ import annotations
 
 from flask import Blueprint, current_app, g, jsonify, request
 
 from ..errors import invalid_request, unauthorized
+from ..identity import agent_auth
+from ..identity.clients import authenticate_client_token
 from ..identity.sessions import authenticate_access, revoke_by_refresh_token, revoke_session, session_view
 from ..identity.tokens import bearer_from_header
 from ..validation import Checker
@@ -40,3 +43,62 @@ def revoke():
         if checker.problems:
             raise invalid_request(checker)
         return jsonify(revoke_by_refresh_token(db, body["client_app_id"], body["refresh_token"]))
+
+
+# ------------------------------------------------------------------ browser authorization
+
+AUTH_BODY_MAX = 64 * 1024
+
+
+def _client_from_token(db):
+    client = authenticate_client_token(db, bearer_from_header(request.headers.get("Authorization")))
+    if client is None:
+        raise unauthorized()
+    return client
+
+
+@bp.post("/authorizations")
+def create_authorization():
+    body = read_json_object(AUTH_BODY_MAX)
+    with database().session() as db:
+        return jsonify(agent_auth.create_authorization(db, body)), 201
+
+
+@bp.get("/authorizations/<authorization_id>")
+def authorization_context(authorization_id: str):
+    with database().session() as db:
+        return jsonify(agent_auth.context(db, _client_from_token(db), authorization_id))
+
+
+@bp.post("/authorizations/<authorization_id>/approve")
+def approve_authorization(authorization_id: str):
+    with database().session() as db:
+        client = _client_from_token(db)
+        body = read_json_object(AUTH_BODY_MAX)
+        return jsonify(agent_auth.approve(db, client, authorization_id, body))
+
+
+@bp.post("/authorizations/<authorization_id>/deny")
+def deny_authorization(authorization_id: str):
+    with database().session() as db:
+        client = _client_from_token(db)
+        if read_json_object(AUTH_BODY_MAX):
+            raise invalid_request(Checker.single("", "deny takes an empty object"))
+        return jsonify(agent_auth.deny(db, client, authorization_id))
+
+
+@bp.post("/token")
+def token():
+    body = read_json_object(AUTH_BODY_MAX)
+    settings = current_app.extensions["bailing"].settings
+    with database().session() as db:
+        return jsonify(agent_auth.exchange(db, body, settings.access_token_ttl, settings.refresh_token_ttl))
+
+
+@bp.post("/sessions/<session_id>/revoke")
+def revoke_by_client(session_id: str):
+    with database().session() as db:
+        client = _client_from_token(db)
+        if read_json_object(AUTH_BODY_MAX):
+            raise invalid_request(Checker.single("", "revoke takes an empty object"))
+        return jsonify(agent_auth.revoke_for_client(db, client, session_id))

@@ -57,9 +57,18 @@ class Faults:
         return None
 
 
-def create_business_app(secrets_by_system: dict[str, str], control_token: str | None = None) -> Flask:
-    """`secrets_by_system` maps "crm"/"erp" to the signing secret the hub uses for that provider."""
+def create_business_app(secrets_by_system: dict[str, str], control_token: str | None = None,
+                        hub_url: str | None = None, client_tokens: dict[str, str] | None = None) -> Flask:
+    """`secrets_by_system` maps "crm"/"erp" to the signing secret the hub uses for that provider.
+    With `hub_url` and the systems' Client Tokens it also serves the Agent Auth consent pages."""
     app = Flask(__name__)
+    app.secret_key = secrets.token_urlsafe(32)
+    app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
+                      SESSION_COOKIE_NAME="demo_business_session")
+    if hub_url is not None:
+        from .consent import create_consent_blueprint
+
+        app.register_blueprint(create_consent_blueprint(hub_url, {} if client_tokens is None else client_tokens))
     maps = {system: _routes(path) for system, path in DOCUMENTS.items()}
     store = DemoStore()
     faults = Faults()

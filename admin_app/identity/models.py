@@ -103,3 +103,33 @@ class AdminToken(Base):
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+
+
+class AgentAuthorization(Base):
+    __tablename__ = "bz_agent_authorizations"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    client_app_id: Mapped[str]
+    redirect_uri: Mapped[str]
+    state: Mapped[str]
+    requested_routes: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    device_label: Mapped[str | None]
+    code_challenge: Mapped[str]
+    status: Mapped[str] = mapped_column(default="pending")
+    principal: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    on_behalf_of: Mapped[str | None]
+    approved_routes: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    code_hash: Mapped[str | None]
+    code_expires_at: Mapped[datetime | None]
+    session_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")
+    expires_at: Mapped[datetime]
+    decided_at: Mapped[datetime | None]
+
+
+class RefreshHistory(Base):
+    __tablename__ = "bz_agent_refresh_history"
+
+    token_hash: Mapped[str] = mapped_column(primary_key=True)
+    session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    rotated_at: Mapped[datetime] = mapped_column(server_default="now()")

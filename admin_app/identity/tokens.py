@@ -14,6 +14,7 @@ ACCESS = "bzat_"
 REFRESH = "bzrt_"
 CLIENT = "bzct_"
 ADMIN = "bzadm_"
+CODE = "bzac_"
 
 _TOKEN_SHAPE = re.compile(r"^[a-z]{4,5}_[A-Za-z0-9_-]{43}$")
 
