@@ -167,6 +167,34 @@ def tools_warnings(provider: str | None):
         _emit({"compiler_version": COMPILER_VERSION, "warnings": warnings})
 
 
+# ------------------------------------------------------------------ demo
+
+@main.command("demo")
+@click.option("--reset", is_flag=True, help="Start from an empty database (drops the hub's tables).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5000, show_default=True, type=int)
+@click.option("--business-port", default=8100, show_default=True, type=int,
+              help="Port of the demo business system (0: any free port).")
+@click.option("--seed-only", is_flag=True, help="Seed, print a JSON summary and exit instead of serving.")
+@hub_command
+def demo(reset: bool, host: str, port: int, business_port: int, seed_only: bool):
+    """Start a living demo hub: database, migrations, a demo CRM and ERP, data made through the
+    hub's own APIs, and the console."""
+    import logging
+
+    from .demo.command import run_demo
+    from .demo.seed import SeedError
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no access log lines under the progress bar
+    try:
+        summary = run_demo(current_app._get_current_object(), host, port, reset, serve=not seed_only,
+                           business_port=business_port)
+    except (SeedError, OSError) as err:
+        _fail("demo_failed", str(err))
+    if seed_only:
+        _emit(summary)
+
+
 # ------------------------------------------------------------------ agent (local developer)
 
 @main.group()

@@ -98,6 +98,9 @@ EXPECTED = {
                           {"sku", "order_id", "warehouse_id", "quantity"}),
     "warehouse_list": ("erp", "inventory.read", "GET", "/warehouses", True, True, "low", False, 0, False,
                        False, 3000, {"country", "active"}, set()),
+    # a large text body (a whole CSV file) behind a required approval
+    "order_import": ("erp", "order.write", "POST", "/order-imports", False, False, "high", True, 0, True,
+                     False, 60000, {"file_name", "csv", "dry_run"}, {"file_name", "csv"}),
 }
 
 

@@ -170,6 +170,19 @@ class DemoStore:
         self.reservations.append(reservation)
         return 201, reservation
 
+    def op_order_import(self, p, b):
+        rows = [line.split(",") for line in b["csv"].splitlines()[1:] if line.strip()]
+        if b.get("dry_run"):
+            return 200, {"dry_run": True, "rows": len(rows)}
+        created = []
+        for row in rows[:50]:
+            order_id = f"ORD-{len(self.orders) + 1:06d}"
+            self.orders[order_id] = {"id": order_id, "customer_id": row[0], "status": "open",
+                                     "lines": [{"sku": row[1], "quantity": int(row[2]) if row[2:3] and row[2].isdigit() else 1,
+                                                "unit_price": 0}], "currency": row[4] if len(row) > 4 else "EUR"}
+            created.append(order_id)
+        return 201, {"rows": len(rows), "created": created}
+
     def op_warehouse_list(self, p, b):
         items = [w for w in WAREHOUSES if p.get("country") in (None, w["country"])]
         return 200, {"items": items}

@@ -225,7 +225,8 @@ def invoke(database: Database, bearer: str | None, body: dict) -> dict:
         if errors:
             inv.status = "rejected_before_dispatch"
             where = ".".join(str(p) for p in errors[0].absolute_path) or "arguments"
-            inv.reason = f"invalid_arguments: {where}: {errors[0].message}"[:500]
+            # The failing check only: a validator's message quotes the value, which must not be kept.
+            inv.reason = f"invalid_arguments: {where}: {errors[0].validator}"[:500]
         else:
             try:
                 forced = visible.tool.name in forced_approval((route.tools or {}).get("agent_direct") or {})

@@ -1,0 +1,31 @@
+"""What the demo remembers between runs (in the data folder, mode 0600): its signing secrets, the
+demo admins' generated passwords and its agent sessions, so a second run reuses them."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+ROLES = ("admin", "auditor", "approver", "support")
+
+
+class DemoState:
+    def __init__(self, data_dir: Path):
+        self.path = Path(data_dir) / "demo-state.json"
+        self.data: dict = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.data.setdefault("secrets", {"crm": secrets.token_urlsafe(32), "erp": secrets.token_urlsafe(32)})
+        self.data.setdefault("control", secrets.token_urlsafe(24))
+        self.data.setdefault("passwords", {role: secrets.token_urlsafe(12) for role in ROLES})
+        self.data.setdefault("sessions", {})
+        self.data.setdefault("client_tokens", {})
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(self.data, handle, indent=2)
+
+    def reset(self) -> None:
+        self.data["sessions"] = {}
+        self.data["client_tokens"] = {}
