@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import uuid
 
-from flask import Blueprint, Response, g, jsonify, request
+from flask import Blueprint, Response, g, jsonify
 
 from ..conversation_audit import reads
 from ..conversation_audit.availability import probe, require_archives

@@ -9,6 +9,7 @@ row, under the invocation's row lock, so concurrent resumes dispatch an approved
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -137,16 +138,14 @@ def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvi
     key = sha256_json({"invocation": str(inv.id), "tool": inv.tool, "args_hash": inv.args_hash,
                        "on_behalf_of": inv.on_behalf_of})
     db.add(JournalEntry(job_id=inv.id, state="dispatching", idempotency_key=key, method=call.method,
-                        path=call.path_with_query, body_sha256=sha256_json_bytes(call.body)))
+                        path=call.path_with_query, body_sha256=sha256_bytes(call.body)))
     inv.status, inv.updated_at = "in_progress", utc_now()
     return {"call": call, "secret": secret, "key": key, "scope": visible.tool.scope,
             "timeout_ms": visible.tool.timeout_ms, "job_id": str(inv.id),
             "on_behalf_of": inv.on_behalf_of or ""}
 
 
-def sha256_json_bytes(body: bytes) -> str:
-    import hashlib
-
+def sha256_bytes(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
@@ -176,6 +175,21 @@ def _current(database: Database, inv_id: uuid.UUID) -> dict:
 
 
 # ------------------------------------------------------------------ invoke
+
+def _screen(visible: Visible, route, arguments: dict) -> tuple[str | None, dict | None]:
+    """(why the call is refused before dispatch, or None; the approval policy, or None)."""
+    errors = sorted(Draft202012Validator(visible.tool.input_schema).iter_errors(arguments),
+                    key=lambda e: list(e.absolute_path))
+    if errors:
+        where = ".".join(str(p) for p in errors[0].absolute_path) or "arguments"
+        # The failing check only: a validator's message quotes the value, which must not be kept.
+        return f"invalid_arguments: {where}: {errors[0].validator}"[:500], None
+    forced = visible.tool.name in forced_approval((route.tools or {}).get("agent_direct") or {})
+    try:
+        return None, approval_policy(visible.tool, forced, arguments)
+    except TypeMismatch as err:
+        return f"approval_type_mismatch: {err}"[:500], None
+
 
 def invoke(database: Database, bearer: str | None, body: dict) -> dict:
     with database.session() as db:
@@ -217,25 +231,11 @@ def invoke(database: Database, bearer: str | None, body: dict) -> dict:
             capability_revision=projection.revision, on_behalf_of=session.on_behalf_of,
             status="in_progress")
         db.add(inv)
-        plan = None
-        approval = None
-        errors = sorted(Draft202012Validator(visible.tool.input_schema).iter_errors(arguments),
-                        key=lambda e: list(e.absolute_path))
-        policy = None
-        if errors:
-            inv.status = "rejected_before_dispatch"
-            where = ".".join(str(p) for p in errors[0].absolute_path) or "arguments"
-            # The failing check only: a validator's message quotes the value, which must not be kept.
-            inv.reason = f"invalid_arguments: {where}: {errors[0].validator}"[:500]
-        else:
-            try:
-                forced = visible.tool.name in forced_approval((route.tools or {}).get("agent_direct") or {})
-                policy = approval_policy(visible.tool, forced, arguments)
-            except TypeMismatch as err:
-                inv.status, inv.reason = "rejected_before_dispatch", f"approval_type_mismatch: {err}"[:500]
         db.flush()
-        if inv.status == "rejected_before_dispatch":
-            pass
+        rejection, policy = _screen(visible, route, arguments)
+        plan = approval = None
+        if rejection is not None:
+            inv.status, inv.reason = "rejected_before_dispatch", rejection
         elif policy is not None:
             inv.status = "awaiting_approval"
             approval = Approval(
@@ -293,7 +293,7 @@ def resume(database: Database, bearer: str | None, invocation_id: str) -> dict:
             if approval.status == "denied":
                 inv.status, inv.reason = "denied", "approval_denied"
             elif approval.status == "approved" and approval.consumed_at is None:
-                if sha256_json_bytes(approval.snapshot.encode("utf-8")) != approval.args_hash \
+                if sha256_bytes(approval.snapshot.encode("utf-8")) != approval.args_hash \
                         or approval.args_hash != inv.args_hash:
                     raise ApiError(409, "approval_snapshot_changed",
                                    "The approved snapshot no longer matches; nothing was sent.")
