@@ -59,7 +59,9 @@ def create_consent_blueprint(hub_url: str, client_tokens: dict[str, str]) -> Blu
         return session["csrf"]
 
     def check_csrf() -> None:
-        if not secrets.compare_digest(request.form.get("csrf_token", ""), session.get("csrf", "")):
+        expected, sent = session.get("csrf", ""), request.form.get("csrf_token", "")
+        # An empty token never matches: a cross-site form carries no session and no token.
+        if not expected or not sent or not secrets.compare_digest(sent, expected):
             abort(400)
 
     def hub(system: str, method: str, path: str, **kwargs):

@@ -137,8 +137,9 @@ def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvi
     call = dispatch.prepare(visible.tool, provider.base_url, arguments)
     key = sha256_json({"invocation": str(inv.id), "tool": inv.tool, "args_hash": inv.args_hash,
                        "on_behalf_of": inv.on_behalf_of})
+    # The path template, not the filled path: the hub keeps key names, never argument values.
     db.add(JournalEntry(job_id=inv.id, state="dispatching", idempotency_key=key, method=call.method,
-                        path=call.path_with_query, body_sha256=sha256_bytes(call.body)))
+                        path=visible.tool.path, body_sha256=sha256_bytes(call.body)))
     inv.status, inv.updated_at = "in_progress", utc_now()
     return {"call": call, "secret": secret, "key": key, "scope": visible.tool.scope,
             "timeout_ms": visible.tool.timeout_ms, "job_id": str(inv.id),
