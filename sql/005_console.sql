@@ -1,7 +1,13 @@
 -- Console: sign-in throttling and the record of sensitive reads (who viewed what, when).
-ALTER TABLE bz_admins
-    ADD COLUMN failed_logins integer NOT NULL DEFAULT 0,
-    ADD COLUMN locked_until timestamptz;
+
+-- Failures are counted per username typed, whether or not such an admin exists, so the sign-in
+-- form answers the same way for both and reveals nobody.
+CREATE TABLE bz_login_throttle (
+    username       text PRIMARY KEY,
+    failed_logins  integer NOT NULL DEFAULT 0,
+    locked_until   timestamptz,
+    updated_at     timestamptz NOT NULL DEFAULT now()
+);
 
 CREATE TABLE bz_access_log (
     id          bigserial PRIMARY KEY,

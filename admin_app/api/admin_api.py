@@ -68,9 +68,9 @@ def tool_job(job_id: str):
 def tool_approvals():
     params = query_params(optional=("status", "limit", "offset"))
     status = params.get("status", "pending")
-    if status not in ("pending", "all"):
-        raise ApiError(400, "invalid_request", "status must be pending or all.",
-                       problems=[{"path": "status", "message": "must be pending or all"}])
+    if status not in ("pending", "decided", "all"):
+        raise ApiError(400, "invalid_request", "status must be pending, decided or all.",
+                       problems=[{"path": "status", "message": "must be pending, decided or all"}])
     limit = int_param(params, "limit", 50, 1, 100)
     offset = int_param(params, "offset", 0, 0, 10**9)
     return jsonify(approvals.list_approvals(g.db, status, limit, offset))

@@ -39,8 +39,8 @@ def history():
     offset = request.args.get("offset", "0")
     offset = int(offset) if offset.isascii() and offset.isdigit() and len(offset) < 10 else 0
     with database().session() as db:
-        page = service.list_approvals(db, "all", PAGE, offset)
-    items = [i for i in page["items"] if i["status"] != "pending"]
+        page = service.list_approvals(db, "decided", PAGE, offset)
+    items = page["items"]
     more = url_for(".history", offset=page["next_offset"]) if page["has_more"] else None
     template = "console/partials/approval_rows.html" if is_htmx() and offset else "console/approvals.html"
     return render_template(template, items=items, more=more, history=True)

@@ -2,13 +2,14 @@
 username costs the same time as a wrong password, so the form does not reveal who exists."""
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
 from urllib.parse import urlsplit
 
 from flask import Blueprint, redirect, render_template, request, session, url_for
 from flask_login import current_user, login_user, logout_user
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from ..canonical import utc_now
 from ..identity.admins import _hasher, verify_password
@@ -23,9 +24,12 @@ LOCK_FOR = timedelta(minutes=15)
 _DUMMY_HASH = _hasher.hash("not a real password, only spends the same time")
 
 
+SAFE_NEXT = re.compile(r"^/console(/[A-Za-z0-9._~%/?=&+-]*)?$")
+
+
 def _safe_next(target: str | None) -> str:
-    """Only same-site paths: no open redirect through ?next=."""
-    if target and target.startswith("/console") and not urlsplit(target).netloc and "\\" not in target:
+    """Only console paths of plain URL characters: no open redirect, no header tricks via ?next=."""
+    if target and SAFE_NEXT.match(target) and not urlsplit(target).netloc:
         return target
     return url_for("console_auth.home")
 
@@ -40,25 +44,41 @@ def login():
     password = request.form.get("password", "")[:1024]
     error = "Wrong username or password."
     with database().session() as db:
-        admin = db.scalar(select(Admin).where(Admin.username == username).with_for_update())
+        throttle = _throttle(db, username)
+        admin = db.scalar(select(Admin).where(Admin.username == username))
         now = utc_now()
-        if admin is None:
+        if throttle.locked_until is not None and throttle.locked_until > now:
             verify_dummy(password)
-        elif admin.locked_until is not None and admin.locked_until > now:
             error = "Too many failed sign-ins. Try again later."
-        elif admin.disabled or not verify_password(admin, password):
-            admin.failed_logins += 1
-            if admin.failed_logins >= LOCK_AFTER:
-                admin.locked_until, admin.failed_logins = now + LOCK_FOR, 0
+        elif admin is None or admin.disabled or not verify_password(admin, password):
+            if admin is None:
+                verify_dummy(password)  # the same time as checking a real password
+            failures = throttle.failed_logins + 1
+            locked = now + LOCK_FOR if failures >= LOCK_AFTER else None
+            _record(db, username, 0 if locked else failures, locked)
+            if locked:
                 error = "Too many failed sign-ins. Try again later."
-            elif admin.failed_logins > SLOW_AFTER:
-                time.sleep(min(admin.failed_logins - SLOW_AFTER, 3))
+            elif failures > SLOW_AFTER:
+                time.sleep(min(failures - SLOW_AFTER, 3))
         else:
-            admin.failed_logins, admin.locked_until = 0, None
+            _record(db, username, 0, None)
             session.clear()  # a fresh session (and CSRF token) for the signed-in user
             login_user(ConsoleUser(admin))
             return redirect(_safe_next(request.form.get("next")), code=303)
     return render_template("console/login.html", error=error, next=request.form.get("next", "")), 401
+
+
+def _throttle(db, username: str):
+    """This username's failure count and lock, locked for the rest of the sign-in attempt."""
+    db.execute(text("INSERT INTO bz_login_throttle (username) VALUES (:u) ON CONFLICT DO NOTHING"),
+               {"u": username})
+    return db.execute(text("SELECT failed_logins, locked_until FROM bz_login_throttle "
+                           "WHERE username = :u FOR UPDATE"), {"u": username}).one()
+
+
+def _record(db, username: str, failures: int, locked_until) -> None:
+    db.execute(text("UPDATE bz_login_throttle SET failed_logins = :f, locked_until = :l, updated_at = now() "
+                    "WHERE username = :u"), {"f": failures, "l": locked_until, "u": username})
 
 
 def verify_dummy(password: str) -> None:

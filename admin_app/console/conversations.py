@@ -137,6 +137,7 @@ def events_page(archive_id: str):
             return _unavailable()
         header = _archive(db, archive_id)
         events, more = reads.event_page(db, header.id, int(after), EVENTS_PAGE)
+        record_read(db, "transcript_view", str(header.id))  # each page read is a read of the transcript
     return render_template("console/partials/events.html", conversation=header_view(header),
                            events=[reads.event_view(e) for e in events], more=more,
                            next_after=events[-1].sequence if events else int(after))

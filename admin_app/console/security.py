@@ -69,9 +69,8 @@ def csrf_token() -> str:
 
 def init_app(app: Flask) -> None:
     app.session_interface = SessionCookies()
-    app.config.setdefault("SESSION_COOKIE_HTTPONLY", True)
-    app.config.setdefault("SESSION_COOKIE_SAMESITE", "Lax")
-    app.config.setdefault("SESSION_COOKIE_NAME", "bailing_session")
+    app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
+                      SESSION_COOKIE_NAME="bailing_session")
     login_manager.init_app(app)
     login_manager.session_protection = "strong"
 
@@ -80,7 +79,8 @@ def init_app(app: Flask) -> None:
         if request.method in UNSAFE and request.path.startswith("/console"):
             sent = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token", "")
             expected = session.get("csrf")
-            if not expected or not secrets.compare_digest(sent, expected):
+            if not expected or not secrets.compare_digest(sent.encode("utf-8", "replace"),
+                                                          expected.encode("utf-8")):
                 abort(400, description="The form has expired or did not come from this console. "
                                        "Reload the page and try again.")
 

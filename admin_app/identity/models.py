@@ -88,8 +88,6 @@ class Admin(Base):
     password_hash: Mapped[str]
     role: Mapped[str]
     disabled: Mapped[bool] = mapped_column(default=False)
-    failed_logins: Mapped[int] = mapped_column(default=0)
-    locked_until: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     updated_at: Mapped[datetime] = mapped_column(server_default="now()")
 

@@ -62,13 +62,18 @@ def item_view(approval: Approval, inv: Invocation, session: AgentSession | None)
 
 
 def list_approvals(db: Session, status: str, limit: int, offset: int) -> dict:
+    """`pending`: the queue, oldest first; `decided`: the history, latest decision first; `all`:
+    pending first, then everything else by creation."""
     query = (select(Approval, Invocation, AgentSession)
              .join(Invocation, Invocation.id == Approval.job_id)
              .join(AgentSession, AgentSession.id == Invocation.session_id)
-             .order_by((Approval.status == "pending").desc(), Approval.created_at, Approval.id)
              .limit(limit + 1).offset(offset))
     if status == "pending":
-        query = query.where(Approval.status == "pending")
+        query = query.where(Approval.status == "pending").order_by(Approval.created_at, Approval.id)
+    elif status == "decided":
+        query = query.where(Approval.status != "pending").order_by(Approval.decided_at.desc(), Approval.id)
+    else:
+        query = query.order_by((Approval.status == "pending").desc(), Approval.created_at, Approval.id)
     rows = db.execute(query).all()
     has_more = len(rows) > limit
     return {"schema": LIST_SCHEMA, "items": [item_view(*row) for row in rows[:limit]],

@@ -1,0 +1,930 @@
+"""Issue 7, "Must show": the admin console in a real browser.
+
+Debian's Chromium (/usr/bin/chromium) driven by Playwright with `executable_path` (never
+`playwright install`), against the app on a real loopback HTTP server and a real PostgreSQL. Every
+test signs in through the login form. The data comes from the real agent APIs over HTTP: turns,
+conversation archives and their events, governed tool invocations against the demo business
+system. Each test also fails on any page error, console error, Content-Security-Policy violation
+or JavaScript dialog. The screenshots in docs/screenshots/ are taken here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+from admin_app.config import PROJECT_ROOT
+
+PASSWORD = "correct horse battery"
+SHOTS = PROJECT_ROOT / "docs" / "screenshots"
+VIEWPORT = {"width": 1280, "height": 800}
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+AUDITS = "/agent-api/v1/conversation-audits"
+ROUTE = "desk"
+XSS = ('<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
+       '<svg onload="alert(3)"></svg>')
+MERGE = {"source_customer_id": "C-100235", "target_customer_id": "C-100234",
+         "reason": "Same company, registered twice under two VAT numbers"}
+CREDIT = {"customer_id": "C-100234", "credit_limit": 20000}
+ADJUST = {"sku": "ABC-1001", "warehouse_id": "WH-BER", "quantity_delta": -150, "reason": "write_off"}
+# Which navigation links and pages each role may see.
+NAV = {"Conversations": "runs:read", "Runs": "runs:read", "Approvals": "approvals:read",
+       "Access log": "audit:read"}
+ROLES = {
+    "admin": {"runs:read", "audit:read", "approvals:read", "approvals:decide"},
+    "auditor": {"runs:read", "audit:read"},
+    "approver": {"approvals:read", "approvals:decide"},
+    "support": {"runs:read"},
+}
+
+
+# ================================================================ the browser
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium); the console's "
+                    "browser tests need it and never run `playwright install`.")
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+class Watch:
+    """Everything that must not happen on a console page: page errors, console errors, CSP
+    violations (reported through a binding that CSP cannot block) and dialogs."""
+
+    def __init__(self, context, page: Page):
+        self.page_errors: list[str] = []
+        self.console_errors: list[str] = []
+        self.csp: list[dict] = []
+        self.dialogs: list[str] = []
+        self.allowed_statuses: set[int] = set()
+        self.favicon_errors: list[str] = []
+        context.expose_binding("__bzReportCsp", lambda source, report: self.csp.append(report))
+        context.add_init_script("""
+            document.addEventListener("securitypolicyviolation", function (e) {
+              window.__bzReportCsp({directive: e.violatedDirective, blocked: e.blockedURI,
+                                    sample: e.sample, source: e.sourceFile, line: e.lineNumber});
+            }, true);
+        """)
+        page.on("pageerror", lambda error: self.page_errors.append(str(error)))
+        page.on("console", self._console)
+        page.on("dialog", self._dialog)
+
+    def _console(self, message) -> None:
+        if message.type != "error":
+            return
+        text = message.text
+        if (message.location or {}).get("url", "").endswith("/favicon.ico"):
+            # The browser's own request for /favicon.ico, which the console does not serve: a
+            # defect of its own, shown by test_the_browser_finds_every_resource_it_asks_for.
+            self.favicon_errors.append(text)
+            return
+        # A page the test means to be refused (403 Not allowed, 401 on a wrong password) is
+        # reported by Chromium as a failed resource; nothing else is tolerated.
+        status = re.search(r"the server responded with a status of (\d{3})", text)
+        if status and int(status.group(1)) in self.allowed_statuses:
+            return
+        self.console_errors.append(text)
+
+    def _dialog(self, dialog) -> None:
+        self.dialogs.append(f"{dialog.type}: {dialog.message}")
+        dialog.dismiss()
+
+    def assert_clean(self) -> None:
+        assert self.dialogs == [], self.dialogs
+        assert self.page_errors == [], self.page_errors
+        assert self.csp == [], self.csp
+        assert self.console_errors == [], self.console_errors
+
+
+class UI:
+    def __init__(self, browser, base: str, **context_options):
+        self.base = base
+        self.context = browser.new_context(viewport=VIEWPORT, **context_options)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(10_000)
+        self.watch = Watch(self.context, self.page)
+
+    def goto(self, path: str, status: int = 200):
+        response = self.page.goto(self.base + path)
+        assert response is not None and response.status == status, (path, response and response.status)
+        return response
+
+    def sign_in(self, username: str, password: str = PASSWORD) -> None:
+        page = self.page
+        self.goto("/console/login")
+        page.get_by_label("Username").fill(username)
+        page.get_by_label("Password").fill(password)
+        with page.expect_navigation():
+            page.get_by_role("button", name="Sign in").click()
+
+    def sign_out(self) -> None:
+        with self.page.expect_navigation():
+            self.page.get_by_role("button", name="Sign out").click()
+        expect(self.page.get_by_role("heading", name="Sign in")).to_be_visible()
+
+    def shot(self, name: str, full_page: bool = True) -> None:
+        """Screenshots for the README, written only when asked for (BAILING_SCREENSHOTS=1), so a
+        test run does not change tracked files."""
+        if os.environ.get("BAILING_SCREENSHOTS") != "1":
+            return
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        # A page with htmx settles before the picture: no request in flight.
+        self.page.wait_for_load_state("networkidle")
+        self.page.screenshot(path=str(SHOTS / name), full_page=full_page)
+        assert (SHOTS / name).stat().st_size > 10_000
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def ui(browser, server):
+    """A fresh browser context (1280x800, its own cookies and storage) on the live server."""
+    opened: list[UI] = []
+
+    def open_ui(**context_options) -> UI:
+        instance = UI(browser, server.url, **context_options)
+        opened.append(instance)
+        return instance
+
+    yield open_ui
+    for instance in opened:
+        instance.close()
+
+
+# ================================================================ data through the real APIs
+
+class Hub:
+    """The hub over the demo business system (the `governed` fixture: route `desk`, app
+    `ops-app`), fed through its agent APIs over HTTP."""
+
+    def __init__(self, server, cli, sql, session: dict):
+        self.server, self.cli, self.sql, self.session = server, cli, sql, session
+        self.admins: dict[str, str] = {}
+        self.contexts: dict[str, dict] = {}
+        self._revision: str | None = None
+
+    # ---- console users
+    def admin(self, role: str, name: str | None = None) -> str:
+        name = name or f"{role}-user"
+        code, _, err = self.cli("admins", "create", name, "--role", role, "--password-stdin",
+                                input=PASSWORD + "\n")
+        assert code == 0, err
+        self.admins[name] = role
+        return name
+
+    # ---- agent side
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.session['access_token']}"}
+
+    def turn(self, conversation: str, turn_id: str, user_input: str) -> dict:
+        """A real turn; the context exactly as the agent received it."""
+        response = self.server.post(f"/agent-api/v1/workspaces/{ROUTE}/turns", headers=self.headers(), json={
+            "client_conversation_id": conversation, "client_turn_id": turn_id,
+            "user_message_id": f"msg-{turn_id}", "user_input": user_input})
+        assert response.status_code == 200, response.text
+        self.contexts[response.json()["run_id"]] = response.json()
+        return response.json()
+
+    def complete(self, run_id: str, content: str) -> None:
+        response = self.server.post(f"/agent-api/v1/runs/{run_id}/complete", headers=self.headers(), json={
+            "assistant_message_id": f"asst-{run_id[:8]}", "status": "completed", "content": content,
+            "model": "local-model", "runtime": "local-runtime",
+            "usage": {"input_tokens": 120, "cached_input_tokens": 80, "output_tokens": 30,
+                      "total_tokens": 150, "tool_calls": 2}})
+        assert response.status_code == 200, response.text
+
+    def archive(self, conversation: str, label: str | None = None) -> str:
+        body = {"client_archive_id": str(uuid.uuid4()), "client_conversation_id": conversation,
+                "route": ROUTE, "member_session_ids": [self.session["session_id"]]}
+        if label:
+            body["member_labels"] = {self.session["session_id"]: label}
+        response = self.server.post(AUDITS, headers=self.headers(), json=body)
+        assert response.status_code == 201, response.text
+        conversation_id = response.json()["conversation"]["conversation_id"]
+        assert response.json()["conversation"]["state"] == "ready"
+        return conversation_id
+
+    def append(self, conversation_id: str, events: list[dict]) -> None:
+        for start in range(0, len(events), 50):
+            batch = events[start:start + 50]
+            response = self.server.post(f"{AUDITS}/{conversation_id}/events", headers=self.headers(),
+                                        json={"events": batch})
+            assert response.status_code == 200, response.text
+            assert response.json()["last_sequence"] == batch[-1]["sequence"]
+
+    def revision(self) -> str:
+        if self._revision is None:
+            response = self.server.get("/agent-api/v1/tools", params={"route": ROUTE}, headers=self.headers())
+            assert response.status_code == 200, response.text
+            self._revision = response.json()["capability_revision"]
+        return self._revision
+
+    def invoke(self, tool: str, arguments: dict, run_id: str | None = None) -> dict:
+        envelope = {"invocation_id": f"inv-{uuid.uuid4().hex[:12]}", "route": ROUTE,
+                    "capability_revision": self.revision(), "tool": tool, "arguments": arguments}
+        if run_id:
+            envelope["run_id"] = run_id
+        response = self.server.post("/agent-api/v1/tool-invocations", headers=self.headers(), json=envelope)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def approval(self, tool: str, arguments: dict, run_id: str | None = None) -> dict:
+        out = self.invoke(tool, arguments, run_id)
+        assert out["status"] == "awaiting_approval", out
+        return out["approval"]
+
+    # ---- whole scenes
+    def exchange(self, conversation_id: str, first: int, turn_id: str, question: str, answer: str,
+                 run_id: str | None = None) -> list[dict]:
+        """One completed turn as archive events (with its run link if given), from `first`."""
+        events = [{"kind": "turn_start"}, {"kind": "user_message", "content": question}]
+        if run_id:
+            events.append({"kind": "run_link", "run_id": run_id, "member_session_id": self.session["session_id"]})
+        events += [{"kind": "assistant_message", "content": answer}, {"kind": "turn_end", "status": "completed"}]
+        for offset, event in enumerate(events):
+            event.update(event_id=f"{turn_id}-{offset}", sequence=first + offset, client_turn_id=turn_id)
+        return events
+
+    def traced_conversation(self, conversation: str = "conv-acme-credit", question: str | None = None,
+                            label: str = "Dana at the operations desk",
+                            answer: str | None = None) -> tuple[str, str]:
+        """A real run (turn, a read tool call, a write awaiting approval, completion) archived with
+        its run link; returns (archive id, run id)."""
+        question = question or "Can ACME's credit limit go up to 20,000? Check their record first."
+        run_id = self.turn(conversation, "turn-1", question)["run_id"]
+        read = self.invoke("customer_get", {"customer_id": "C-100234"}, run_id)
+        assert read["status"] == "executed", read
+        self.approval("customer_update_credit_limit", CREDIT, run_id)
+        answer = answer or "ACME has paid on time for two years. I asked for approval to raise the limit to 20,000."
+        self.complete(run_id, answer)
+        archive_id = self.archive(conversation, label)
+        events = self.exchange(archive_id, 1, "turn-1", question, answer, run_id)
+        events += self.exchange(archive_id, len(events) + 1, "turn-2", "Thanks. Anything else to check?",
+                                "The open order ORD-000001 ships on Friday; nothing else is pending.")
+        self.append(archive_id, events)
+        return archive_id, run_id
+
+
+@pytest.fixture
+def hub(governed, server, cli, sql) -> Hub:
+    return Hub(server, cli, sql, governed)
+
+
+# ================================================================ each role walks its pages
+
+def test_each_role_walks_the_pages_it_may_see_and_is_refused_the_others(hub, ui):
+    """One data set, one fresh browser context per role (the roles share the setup to keep the
+    file fast; each walk is independent: its own cookies, its own sign-in)."""
+    archive_id, run_id = hub.traced_conversation()
+    approval = hub.approval("customer_merge", MERGE)
+    for role in ROLES:
+        walk(hub, ui(), role, archive_id, run_id, approval)
+
+
+def walk(hub: Hub, view: UI, role: str, archive_id: str, run_id: str, approval: dict) -> None:
+    username = hub.admin(role)
+    allowed = ROLES[role]
+    page = view.page
+
+    if role == "admin":
+        view.goto("/console/login")
+        view.shot("login.png", full_page=False)
+    view.sign_in(username)
+    expect(page.locator("header .who")).to_contain_text(f"{username} ({role})")
+    # Home lands on the first page the role may see.
+    expected_home = "/console/conversations/" if "runs:read" in allowed else "/console/approvals/"
+    assert page.url == view.base + expected_home
+
+    # The navigation offers exactly what the role holds.
+    nav = page.locator("header nav")
+    for name, permission in NAV.items():
+        links = nav.get_by_role("link", name=re.compile(f"^{name}"))
+        expect(links).to_have_count(1 if permission in allowed else 0)
+
+    if "runs:read" in allowed:
+        nav.get_by_role("link", name="Conversations").click()
+        expect(page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
+        page.get_by_role("link", name="conv-acme-credit").click()
+        expect(page.get_by_role("heading", name="Conversation conv-acme-credit")).to_be_visible()
+        expect(page.locator(".bubble.user .text").first).to_have_text(re.compile("credit limit"))
+        expect(page.get_by_text("End of transcript.")).to_be_visible()
+        expect(page.locator("table.list").first).to_contain_text("Dana at the operations desk")
+
+        nav.get_by_role("link", name="Runs").click()
+        expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
+        expect(page.get_by_text("Look a run up by its ID")).to_be_visible()
+        page.get_by_label("Conversation").fill("conv-acme-credit")
+        page.get_by_role("button", name="Look up").click()
+        expect(page.locator("table.list tbody tr")).to_have_count(1)
+        page.get_by_role("link", name=run_id).click()
+        expect(page.get_by_role("heading", name=f"Run {run_id}")).to_be_visible()
+        expect(page.locator("ol.timeline")).to_contain_text("customer_update_credit_limit")
+    else:
+        for path, secret in ((f"/console/conversations/{archive_id}", "conv-acme-credit"),
+                             (f"/console/runs/{run_id}", "customer_update_credit_limit"),
+                             ("/console/conversations/", "conv-acme-credit"),
+                             (f"/console/conversations/{archive_id}/export.json", "credit limit")):
+            refused(view, path, secret)
+
+    if "approvals:read" in allowed:
+        nav.get_by_role("link", name=re.compile("^Approvals")).click()
+        expect(page.get_by_role("heading", name="Pending approvals")).to_be_visible()
+        expect(nav.locator(".count")).to_have_text("2")
+        expect(page.locator("table.list tbody tr[data-href]")).to_have_count(2)
+        page.get_by_role("link", name="customer_merge").click()
+        expect(page.get_by_role("heading", name=re.compile("Approval: customer_merge"))).to_be_visible()
+        decide = page.get_by_role("button", name="Approve this snapshot")
+        expect(decide).to_have_count(1 if "approvals:decide" in allowed else 0)
+        nav.get_by_role("link", name=re.compile("^Approvals")).click()
+        page.locator(".tabs").get_by_role("link", name="History").click()
+        expect(page.get_by_role("heading", name="Decided approvals")).to_be_visible()
+        expect(page.get_by_text("No approval has been decided yet.")).to_be_visible()
+    else:
+        for path, secret in (("/console/approvals/", "customer_merge"),
+                             (f"/console/approvals/{approval['id']}", "customer_merge"),
+                             (f"/console/approvals/{approval['id']}/snapshot", "C-100235"),
+                             (f"/console/approvals/{approval['id']}/snapshot.json", "C-100235"),
+                             ("/console/approvals/history", "customer_merge")):
+            refused(view, path, secret)
+
+    if "audit:read" in allowed:
+        nav.get_by_role("link", name="Access log").click()
+        expect(page.get_by_role("heading", name="Access log")).to_be_visible()
+        rows = page.locator("table.list tbody tr")
+        # This walk's reads of a transcript and a run trace are on record, under this user.
+        mine = rows.filter(has_text=username)
+        expect(mine.filter(has_text="transcript_view").filter(has_text=archive_id)).to_have_count(1)
+        expect(mine.filter(has_text="run_trace_view").filter(has_text=run_id)).to_have_count(1)
+        expect(rows.first).to_contain_text(username)
+        if role == "admin":
+            view.shot("access-log.png")
+    else:
+        refused(view, "/console/access-log", "transcript_view")
+
+    view.sign_out()
+    view.goto("/console/conversations/")
+    assert page.url.startswith(view.base + "/console/login")
+    view.watch.assert_clean()
+
+
+def refused(view: UI, path: str, secret: str) -> None:
+    """The page a role lacks: 403, "Not allowed", and none of the data it would have shown."""
+    view.watch.allowed_statuses.add(403)
+    response = view.goto(path, status=403)
+    expect(view.page.get_by_role("heading", name="Not allowed")).to_be_visible()
+    body = response.text()
+    assert secret not in body, (path, secret)
+    assert secret not in view.page.content()
+
+
+# ================================================================ a long transcript, scrolled to its end
+
+def long_transcript(hub: Hub, turns: int) -> tuple[str, int]:
+    """An archive of `turns` completed turns (4 events each), appended through the agent API in
+    batches of 50; returns (archive id, last sequence)."""
+    archive_id = hub.archive("conv-long-shift", "Night shift, Lisbon warehouse")
+    events: list[dict] = []
+    for n in range(1, turns + 1):
+        events += hub.exchange(archive_id, len(events) + 1, f"turn-{n}", f"Question {n}: how many pallets in aisle {n}?",
+                               f"Answer {n}: aisle {n} holds {n % 37 + 3} pallets.")
+    hub.append(archive_id, events)
+    return archive_id, len(events)
+
+
+def test_a_long_transcript_scrolls_page_by_page_to_its_end(hub, ui, sql):
+    archive_id, last = long_transcript(hub, 500)
+    assert last == 2000
+    assert sql("SELECT last_sequence FROM bz_agent_conversation_archives WHERE id = %s", (archive_id,)) == [(2000,)]
+    username = hub.admin("support")
+    view = ui()
+    page = view.page
+    fragments: list[str] = []
+    page.on("request", lambda r: fragments.append(r.url) if f"/{archive_id}/events" in r.url else None)
+    view.sign_in(username)
+    view.goto(f"/console/conversations/{archive_id}")
+    events = page.locator("[data-sequence]")
+    # The first page only: never the whole archive at once, never a first-N cutoff either.
+    expect(events).to_have_count(200)
+    expect(page.get_by_text("End of transcript.")).to_have_count(0)
+
+    end = page.get_by_text("End of transcript.")
+    seen = 200
+    for _ in range(40):
+        if end.is_visible():
+            break
+        page.mouse.wheel(0, 40_000)
+        page.keyboard.press("End")
+        # Each scroll to the bottom reveals the "Loading more…" row, which fetches the next page.
+        page.wait_for_function("n => document.querySelectorAll('[data-sequence]').length > n "
+                               "|| document.querySelector('.transcript p.end') !== null", arg=seen)
+        seen = events.count()
+    expect(end).to_be_visible()
+    expect(page.locator(".transcript .more")).to_have_count(0)
+
+    sequences = [int(s) for s in page.eval_on_selector_all("[data-sequence]", "els => els.map(e => e.dataset.sequence)")]
+    assert len(sequences) == len(set(sequences)), "a sequence is shown twice"
+    assert sequences == list(range(1, last + 1)), "a sequence is missing or out of order"
+    expect(page.locator(f"#seq-{last}")).to_be_visible()
+    expect(page.locator(f"#seq-{last}")).to_contain_text("ended")
+    expect(page.locator(f"#seq-{last - 1} .bubble.assistant")).to_contain_text("Answer 500: aisle 500")
+    # Nine more pages, each asked for once with the keyset of the page before it.
+    afters = sorted(int(re.search(r"after=(\d+)", u).group(1)) for u in fragments)
+    assert afters == list(range(200, last, 200)), afters
+
+    # Jump to a sequence: the page reopens there, and its link keeps the place.
+    page.get_by_label("Jump to sequence").fill("1500")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Go").click()
+    assert "at=1500" in page.url
+    expect(page.get_by_text("Showing from sequence 1500.")).to_be_visible()
+    expect(events.first).to_have_attribute("data-sequence", "1500")
+    link = page.locator("#seq-1501 a.seq")
+    assert link.get_attribute("href").endswith(f"/console/conversations/{archive_id}?at=1501#seq-1501")
+    with page.expect_navigation():
+        link.click()
+    expect(events.first).to_have_attribute("data-sequence", "1501")
+    expect(page.locator("#seq-1501")).to_be_in_viewport()
+    view.watch.assert_clean()
+
+
+# ================================================================ approvals: snapshot on demand, decisions
+
+def test_an_approver_opens_the_snapshot_and_decides(hub, ui, sql):
+    merge = hub.approval("customer_merge", MERGE)
+    credit = hub.approval("customer_update_credit_limit", CREDIT)
+    adjust = hub.approval("inventory_adjust", ADJUST)
+    username = hub.admin("approver")
+    view = ui()
+    page = view.page
+    view.sign_in(username)
+    assert page.url == view.base + "/console/approvals/"
+    expect(page.locator("header nav .count")).to_have_text("3")
+    rows = page.locator("table.list tbody tr[data-href]")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(0)).to_contain_text("customer_merge")
+    expect(rows.nth(0)).to_contain_text("source_customer_id, target_customer_id")
+    expect(rows.nth(1)).to_contain_text("customer_update_credit_limit")
+    # The queue holds bounded summaries, sizes and hashes, never a snapshot view.
+    expect(page.locator("[data-snapshot]")).to_have_count(0)
+    size = len(json.dumps(MERGE, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    expect(rows.nth(0).locator("td").nth(5)).to_contain_text(f"{size} bytes")
+    expect(rows.nth(0).locator("td").nth(5).locator("code")).to_have_attribute("title", merge["args_hash"])
+    view.shot("approvals.png")
+
+    # ---- open one: the snapshot loads only when asked for
+    rows.nth(0).get_by_role("link", name="customer_merge").click()
+    expect(page.get_by_role("heading", name=re.compile(r"Approval: customer_merge\s+pending"))).to_be_visible()
+    expect(page.locator("[data-snapshot]")).to_have_count(0)
+    expect(page.get_by_text("Loaded only when asked for")).to_be_visible()
+    assert sql("SELECT count(*) FROM bz_access_log WHERE action = 'snapshot_view'") == [(0,)]
+    page.get_by_role("button", name="Show the full snapshot").click()
+    snapshot = page.locator("pre[data-snapshot]")
+    expect(snapshot).to_be_visible()
+    assert json.loads(snapshot.text_content()) == MERGE
+    expect(page.locator(".snapshot-tools")).to_contain_text(merge["args_hash"])
+    search = page.get_by_label("Search in snapshot")
+    search.fill("c-1002")
+    expect(page.locator("[data-snapshot-hits]")).to_have_text("2 found")
+    search.fill("nowhere in this snapshot")
+    expect(page.locator("[data-snapshot-hits]")).to_have_text("not found")
+    search.fill("VAT numbers")
+    expect(page.locator("[data-snapshot-hits]")).to_have_text("1 found")
+    assert page.evaluate("window.getSelection().toString()") == "VAT numbers"
+    assert sql("SELECT username, target FROM bz_access_log WHERE action = 'snapshot_view'") == \
+        [(username, merge["id"])]
+    view.shot("approval-snapshot.png")
+
+    # ---- approve
+    with page.expect_navigation():
+        page.get_by_role("button", name="Approve this snapshot").click()
+    expect(page.locator(".flash.ok")).to_have_text("Approved: the agent's resume will run exactly this snapshot.")
+    expect(page.get_by_role("heading", name=re.compile(r"Approval: customer_merge\s+approved"))).to_be_visible()
+    expect(page.locator("dl.header-grid")).to_contain_text(f"approved by {username}")
+    expect(page.get_by_role("button", name="Approve this snapshot")).to_have_count(0)
+    assert sql("SELECT status, decided_by FROM bz_tool_approvals WHERE id = %s", (merge["id"],)) == \
+        [("approved", username)]
+
+    # ---- deny without a reason: a clear message, still pending; then with one
+    view.goto(f"/console/approvals/{adjust['id']}")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Deny").click()
+    expect(page.locator(".flash.error")).to_have_text("A denial needs a reason.")
+    expect(page.get_by_role("heading", name=re.compile(r"inventory_adjust\s+pending"))).to_be_visible()
+    assert sql("SELECT status FROM bz_tool_approvals WHERE id = %s", (adjust["id"],)) == [("pending",)]
+    page.get_by_label("Reason (required to deny)").fill("The count sheet shows 12 units missing, not 150.")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Deny").click()
+    expect(page.locator(".flash.ok")).to_contain_text("Denied")
+    expect(page.get_by_role("heading", name=re.compile(r"inventory_adjust\s+denied"))).to_be_visible()
+    expect(page.locator("dl.header-grid")).to_contain_text(f"denied by {username}")
+    expect(page.locator("dl.header-grid")).to_contain_text("“The count sheet shows 12 units missing, not 150.”")
+
+    # ---- a stale page: someone else decided meanwhile (same session, another request)
+    view.goto(f"/console/approvals/{credit['id']}")
+    form = page.locator(".decide form")
+    other = page.request.post(view.base + f"/console/approvals/{credit['id']}/decide", max_redirects=0, form={
+        "csrf_token": form.locator("input[name=csrf_token]").get_attribute("value"),
+        "args_hash": credit["args_hash"], "decision": "approve"})
+    assert other.status == 303
+    page.get_by_label("Reason (required to deny)").fill("Too high for this customer.")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Deny").click()
+    expect(page.locator(".flash.error")).to_have_text("This approval was already decided; nothing was changed.")
+    expect(page.get_by_role("heading", name=re.compile(r"customer_update_credit_limit\s+approved"))).to_be_visible()
+    assert sql("SELECT status, decision_reason FROM bz_tool_approvals WHERE id = %s", (credit["id"],)) == \
+        [("approved", None)]
+
+    # ---- nothing pending any more; the history names who decided, when and why
+    page.locator("header nav").get_by_role("link", name=re.compile("^Approvals")).click()
+    expect(page.get_by_text("Nothing is waiting for approval.")).to_be_visible()
+    expect(page.locator("header nav .count")).to_have_count(0)
+    page.locator(".tabs").get_by_role("link", name="History").click()
+    history = page.locator("table.list tbody tr[data-href]")
+    expect(history).to_have_count(3)
+    expect(history.filter(has_text="inventory_adjust")).to_contain_text(f"denied by {username}")
+    expect(history.filter(has_text="inventory_adjust")).to_contain_text("12 units missing")
+    expect(history.filter(has_text="customer_merge")).to_contain_text(f"approved by {username}")
+    expect(history.locator("time")).to_have_count(3)
+    view.watch.assert_clean()
+
+
+def test_history_shows_decided_approvals_while_fifty_are_pending(hub, ui):
+    decided = hub.approval("customer_merge", MERGE)
+    for n in range(50):
+        hub.approval("customer_update_credit_limit", {"customer_id": "C-100234", "credit_limit": 20_000 + n})
+    username = hub.admin("approver")
+    view = ui()
+    page = view.page
+    view.sign_in(username)
+    expect(page.locator("header nav .count")).to_have_text("51")
+    view.goto(f"/console/approvals/{decided['id']}")
+    page.get_by_label("Reason (required to deny)").fill("Two different companies with the same name.")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Deny").click()
+    expect(page.get_by_role("heading", name=re.compile(r"customer_merge\s+denied"))).to_be_visible()
+    view.goto("/console/approvals/history")
+    expect(page.locator("table.list tbody tr").filter(has_text="customer_merge")).to_contain_text(
+        f"denied by {username}", timeout=2_000)
+
+
+# ================================================================ from a transcript to its run
+
+def test_a_run_link_in_a_transcript_opens_the_run_trace_and_links_back(hub, ui):
+    archive_id, run_id = hub.traced_conversation()
+    username = hub.admin("support")
+    view = ui()
+    page = view.page
+    view.sign_in(username)
+    page.get_by_role("link", name="conv-acme-credit").click()
+    expect(page.get_by_role("heading", name="Conversation conv-acme-credit")).to_be_visible()
+    members = page.locator("table.list").first
+    expect(members).to_contain_text("Dana at the operations desk")
+    expect(members).to_contain_text("tenant-7:user-42")
+    # A v1 archive records no member binding: the header's app and route, marked as such.
+    legacy = members.locator(".legacy")
+    expect(legacy).to_have_text("ops-app / desk legacy header-only information")
+    expect(legacy).to_have_attribute("title", re.compile("not evidence of a recorded member binding"))
+    transcript = page.locator("#transcript")
+    expect(transcript.locator(".turn-head")).to_have_count(2)
+    expect(transcript.locator(".bubble.user")).to_have_count(2)
+    expect(transcript.locator(".bubble.assistant")).to_have_count(2)
+    expect(transcript.locator(".turn-end .badge.completed")).to_have_count(2)
+    expect(page.get_by_text("End of transcript.")).to_be_visible()
+    view.shot("transcript.png")
+
+    run_link = transcript.locator(".run-link a")
+    expect(run_link).to_have_count(1)
+    expect(run_link).to_have_text(run_id)
+    with page.expect_navigation():
+        run_link.click()
+    assert page.url == f"{view.base}/console/runs/{run_id}"
+    expect(page.get_by_role("heading", name=re.compile(f"Run {run_id}\\s+completed"))).to_be_visible()
+
+    # The frozen context, exactly as the agent received it, behind a disclosure.
+    frozen = page.locator("ol.timeline details pre")
+    expect(frozen).to_be_hidden()
+    page.get_by_text("Frozen context, as the agent received it").click()
+    expect(frozen).to_be_visible()
+    assert json.loads(frozen.text_content()) == hub.contexts[run_id]
+
+    timeline = page.locator("ol.timeline")
+    expect(timeline.locator(".bubble.user")).to_contain_text("Can ACME's credit limit go up to 20,000?")
+    expect(timeline.locator(".bubble.assistant")).to_contain_text("ACME has paid on time")
+    jobs = timeline.locator("li").filter(has_text="invocation")
+    expect(jobs).to_have_count(2)
+    expect(jobs.filter(has_text="customer_get")).to_contain_text("executed")
+    expect(jobs.filter(has_text="customer_get")).to_contain_text("journal")
+    expect(jobs.filter(has_text="customer_update_credit_limit")).to_contain_text("awaiting_approval")
+    expect(jobs.filter(has_text="customer_update_credit_limit")).to_contain_text("approval pending")
+    expect(page.locator("dl.header-grid")).to_contain_text("turn turn-1")
+    view.shot("run-trace.png")
+
+    back = page.locator("dl.header-grid").get_by_role("link", name=archive_id)
+    with page.expect_navigation():
+        back.click()
+    assert page.url == f"{view.base}/console/conversations/{archive_id}"
+    expect(page.get_by_role("heading", name="Conversation conv-acme-credit")).to_be_visible()
+    view.watch.assert_clean()
+
+
+# ================================================================ hostile text is shown, never run
+
+def test_script_and_onerror_in_messages_and_arguments_are_shown_as_text(hub, ui, sql):
+    archive_id, run_id = hub.traced_conversation(conversation="conv-hostile", question=f"Please look: {XSS}",
+                                                 label=XSS, answer=f"I will not run {XSS}")
+    merge = hub.approval("customer_merge", {**MERGE, "reason": XSS})
+    username = hub.admin("admin")
+    view = ui()
+    page = view.page
+    view.sign_in(username)
+
+    def harmless() -> None:
+        assert page.evaluate("typeof window.__xss") == "undefined"
+        assert page.locator("main img, main svg, main script").count() == 0
+        assert view.watch.dialogs == []
+
+    # The transcript: user and assistant bubbles, the member label.
+    page.get_by_role("link", name="conv-hostile").click()
+    expect(page.locator(".bubble.user .text").first).to_have_text(f"Please look: {XSS}")
+    expect(page.locator(".bubble.assistant .text").first).to_have_text(f"I will not run {XSS}")
+    expect(page.locator("table.list").first.get_by_text(XSS, exact=True)).to_be_visible()
+    harmless()
+
+    # The run trace: the stored user message and the frozen context.
+    view.goto(f"/console/runs/{run_id}")
+    expect(page.locator("ol.timeline .bubble.user .text")).to_have_text(f"Please look: {XSS}")
+    page.get_by_text("Frozen context, as the agent received it").click()
+    assert json.loads(page.locator("ol.timeline details pre").text_content()) == hub.contexts[run_id]
+    harmless()
+
+    # The approval: the queue's summary, the snapshot loaded by htmx, a denial reason.
+    view.goto("/console/approvals/")
+    expect(page.locator("td.summary").filter(has_text="<script>")).to_have_count(1)
+    expect(page.locator("td.summary").filter(has_text="<script>")).to_contain_text("<script>window.__xss=1</script>")
+    harmless()
+    view.goto(f"/console/approvals/{merge['id']}")
+    page.get_by_role("button", name="Show the full snapshot").click()
+    expect(page.locator("pre[data-snapshot]")).to_contain_text(json.dumps(XSS)[1:-1])
+    assert json.loads(page.locator("pre[data-snapshot]").text_content())["reason"] == XSS
+    harmless()
+    page.get_by_label("Reason (required to deny)").fill(XSS)
+    with page.expect_navigation():
+        page.get_by_role("button", name="Deny").click()
+    expect(page.locator("dl.header-grid")).to_contain_text(f"“{XSS}”")
+    harmless()
+    page.locator("header nav").get_by_role("link", name=re.compile("^Approvals")).click()
+    page.locator(".tabs").get_by_role("link", name="History").click()
+    expect(page.locator("table.list tbody tr").filter(has_text="customer_merge")).to_contain_text(XSS)
+    harmless()
+    assert sql("SELECT decision_reason FROM bz_tool_approvals WHERE id = %s", (merge["id"],)) == [(XSS,)]
+    view.watch.assert_clean()
+
+
+# ================================================================ keyboard and time zone comforts
+
+def conversation_list(hub: Hub) -> list[str]:
+    """Five archives with different last turn states; their client conversation IDs, newest first."""
+    made = []
+    for n, (name, status) in enumerate([("conv-returns-desk", "completed"), ("conv-invoice-dispute", "failed"),
+                                        ("conv-stock-count", "cancelled"), ("conv-new-supplier", None),
+                                        ("conv-credit-review", "running")]):
+        archive_id = hub.archive(name, f"Operator {n + 1}")
+        if status is not None:
+            events = hub.exchange(archive_id, 1, "turn-1", f"Start of {name}", f"Reply in {name}")
+            if status == "running":
+                events = events[:2]
+            else:
+                events[-1]["status"] = status
+            hub.append(archive_id, events)
+        made.append(name)
+    return made[::-1]
+
+
+def test_j_k_and_enter_navigate_the_list_and_the_time_switch_changes_times(hub, ui):
+    names = conversation_list(hub)
+    username = hub.admin("auditor")
+    view = ui(timezone_id="Asia/Tokyo", locale="en-GB")
+    page = view.page
+    view.sign_in(username)
+    rows = page.locator("table[data-nav-list] tbody tr[data-href]")
+    expect(rows).to_have_count(5)
+    assert [r.split("\n")[0].strip() for r in rows.all_inner_texts()] == names
+    view.shot("conversations.png")
+    selected = page.locator("table[data-nav-list] tr.selected")
+
+    def selected_name() -> str:
+        expect(selected).to_have_count(1)
+        return selected.locator("td a").first.inner_text()
+
+    expect(selected).to_have_count(0)
+    page.keyboard.press("j")
+    assert selected_name() == names[0]
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    assert selected_name() == names[2]
+    page.keyboard.press("k")
+    assert selected_name() == names[1]
+    for _ in range(9):
+        page.keyboard.press("j")
+    assert selected_name() == names[4]  # stops at the last row
+
+    # Typing j or k in the search box types; it does not move the selection.
+    search = page.get_by_label("Search")
+    search.click()
+    page.keyboard.type("jkj")
+    expect(search).to_have_value("jkj")
+    assert selected_name() == names[4]
+    search.fill("")
+    page.keyboard.press("Enter")  # submits the (empty) filter form, as Enter in a field does
+    page.wait_for_load_state()
+    expect(rows).to_have_count(5)
+    page.locator("h1").click()
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    assert selected_name() == names[1]
+    href = selected.get_attribute("data-href")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    assert page.url == view.base + href
+    expect(page.get_by_role("heading", name=f"Conversation {names[1]}")).to_be_visible()
+
+    # The UTC/local switch: declared zone (UTC) first, then the browser's zone (Tokyo, UTC+9).
+    toggle = page.locator("#zone-toggle")
+    expect(toggle).to_have_text("Times: UTC")
+    times = page.locator("main time[datetime]")
+    assert times.count() >= 3
+    first = times.first
+    stamp = datetime.fromisoformat(first.get_attribute("datetime").replace("Z", "+00:00"))
+    utc_text = stamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    expect(first).to_have_text(utc_text)
+    toggle.click()
+    expect(toggle).to_have_text("Times: local")
+    tokyo = stamp.astimezone(timezone(timedelta(hours=9)))
+    expect(first).to_have_text(tokyo.strftime("%d/%m/%Y, %H:%M:%S") + " (local)")
+    assert all(t.endswith("(local)") for t in times.all_inner_texts())
+    # The choice is kept across pages.
+    page.locator("header nav").get_by_role("link", name="Conversations").click()
+    expect(page.locator("#zone-toggle")).to_have_text("Times: local")
+    assert all(t.endswith("(local)") for t in page.locator("main time[datetime]").all_inner_texts())
+    page.locator("#zone-toggle").click()
+    expect(page.locator("#zone-toggle")).to_have_text("Times: UTC")
+    assert all(t.endswith(" UTC") for t in page.locator("main time[datetime]").all_inner_texts())
+    view.watch.assert_clean()
+
+
+def test_the_conversation_list_loads_more_rows_as_it_scrolls_and_keeps_filters_in_the_url(hub, ui):
+    names = [f"conv-bulk-{n:03d}" for n in range(57)]
+    for name in names:
+        hub.archive(name)
+    username = hub.admin("support")
+    view = ui()
+    page = view.page
+    view.sign_in(username)
+    rows = page.locator("table[data-nav-list] tbody tr[data-href]")
+    expect(rows).to_have_count(50)
+    expect(page.locator("tr.more")).to_have_count(1)
+    page.keyboard.press("End")
+    expect(rows).to_have_count(57)
+    expect(page.locator("tr.more")).to_have_count(0)
+    shown = [a for a in page.locator("table[data-nav-list] tbody tr[data-href] td:first-child a").all_inner_texts()]
+    assert shown == names[::-1], "rows missing, repeated or out of order across the page boundary"
+    # j moves into the rows that arrived by scrolling too.
+    for _ in range(56):
+        page.keyboard.press("j")
+    expect(page.locator("tr.selected td a").first).to_have_text(names[1])
+    page.keyboard.press("j")
+    expect(page.locator("tr.selected td a").first).to_have_text(names[0])
+
+    # Filters live in the URL: a reload or a shared link shows the same view.
+    page.get_by_label("Search").fill("bulk-01")
+    page.get_by_label("State").select_option("ready")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Filter").click()
+    assert "q=bulk-01" in page.url and "state=ready" in page.url
+    expect(rows).to_have_count(10)
+    page.reload()
+    expect(page.get_by_label("Search")).to_have_value("bulk-01")
+    expect(page.get_by_label("State")).to_have_value("ready")
+    expect(rows).to_have_count(10)
+    page.get_by_label("State").select_option("enrolling")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Filter").click()
+    expect(page.get_by_text("No conversations match these filters.")).to_be_visible()
+    view.watch.assert_clean()
+
+
+def test_times_in_a_page_loaded_while_scrolling_follow_the_local_switch(hub, ui):
+    archive_id, last = long_transcript(hub, 60)  # 240 events: a second page
+    username = hub.admin("support")
+    view = ui(timezone_id="Asia/Tokyo", locale="en-GB")
+    page = view.page
+    view.sign_in(username)
+    view.goto(f"/console/conversations/{archive_id}")
+    expect(page.locator("[data-sequence]")).to_have_count(200)  # the second page is not loaded yet
+    page.locator("#zone-toggle").click()
+    expect(page.locator("#zone-toggle")).to_have_text("Times: local")
+    page.keyboard.press("End")
+    expect(page.get_by_text("End of transcript.")).to_be_visible()
+    expect(page.locator("[data-sequence]")).to_have_count(last)
+    # The second page arrived after the switch (htmx, outerHTML swap) and follows it too.
+    late = page.locator(f"#seq-{last - 3} time")
+    expect(late).to_have_text(re.compile(r"\(local\)$"))
+    assert all(t.endswith("(local)") for t in page.locator("main time[datetime]").all_inner_texts())
+    page.locator("#zone-toggle").click()
+    expect(late).to_have_text(re.compile(r" UTC$"))
+    view.watch.assert_clean()
+
+
+# ================================================================ Content-Security-Policy and page errors
+
+STRICT_CSP = ("default-src 'self'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'",
+              "form-action 'self'", "base-uri 'none'")
+
+
+def test_every_console_page_runs_under_a_strict_csp_without_violations_or_errors(hub, ui):
+    archive_id, run_id = hub.traced_conversation()
+    merge = hub.approval("customer_merge", MERGE)
+    username = hub.admin("admin")
+    view = ui()
+    page = view.page
+    documents = []
+    page.on("response", lambda r: documents.append(r) if r.request.resource_type == "document" else None)
+
+    # A wrong password first (401 page), then the real sign-in.
+    view.watch.allowed_statuses.add(401)
+    view.goto("/console/login")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill("not the password")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_have_text("Wrong username or password.")
+    view.sign_in(username)
+
+    visits = [
+        ("/console/conversations/", "Conversations"),
+        ("/console/conversations/?state=ready&q=acme", "Conversations"),
+        (f"/console/conversations/{archive_id}", "Conversation conv-acme-credit"),
+        (f"/console/conversations/{archive_id}?at=3", "Conversation conv-acme-credit"),
+        ("/console/runs/", "Runs"),
+        (f"/console/runs/?run_id={run_id}", "Runs"),
+        (f"/console/runs/{run_id}", f"Run {run_id}"),
+        ("/console/approvals/", "Pending approvals"),
+        (f"/console/approvals/{merge['id']}", "Approval: customer_merge"),
+        ("/console/approvals/history", "Decided approvals"),
+        ("/console/access-log", "Access log"),
+    ]
+    for path, heading in visits:
+        view.goto(path)
+        expect(page.locator("h1")).to_contain_text(heading)
+        # htmx is loaded and working on every page: the pending count polled into the navigation.
+        expect(page.locator("header nav .count")).to_have_text("2")
+    view.goto(f"/console/approvals/{merge['id']}")
+    page.get_by_role("button", name="Show the full snapshot").click()
+    expect(page.locator("pre[data-snapshot]")).to_be_visible()
+    page.get_by_label("Search in snapshot").fill("C-100235")
+    expect(page.locator("[data-snapshot-hits]")).to_have_text("1 found")
+    page.locator("#zone-toggle").click()
+    page.keyboard.press("j")
+    page.wait_for_load_state("networkidle")
+
+    assert len(documents) >= len(visits) + 3
+    for response in documents:
+        policy = response.header_value("content-security-policy") or ""
+        assert all(part in policy for part in STRICT_CSP), (response.url, policy)
+        assert "unsafe-inline" not in policy and "unsafe-eval" not in policy, (response.url, policy)
+    view.watch.assert_clean()
+
+    # The watch is not blind: an inline script is refused by the policy and reported.
+    page.evaluate("""() => { const s = document.createElement("script");
+                             s.textContent = "window.__inline = 1"; document.body.appendChild(s); }""")
+    for _ in range(40):
+        if view.watch.csp:
+            break
+        page.wait_for_timeout(50)
+    assert page.evaluate("typeof window.__inline") == "undefined"
+    assert [v["directive"] for v in view.watch.csp] == ["script-src-elem"], view.watch.csp
+
+
+def test_the_browser_finds_every_resource_it_asks_for(cli, ui):
+    code, _, err = cli("admins", "create", "support-user", "--role", "support", "--password-stdin",
+                       input=PASSWORD + "\n")
+    assert code == 0, err
+    view = ui()
+    view.sign_in("support-user")
+    expect(view.page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
+    view.page.wait_for_load_state("networkidle")
+    view.watch.assert_clean()
+    assert view.watch.favicon_errors == []
