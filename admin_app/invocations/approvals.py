@@ -37,6 +37,7 @@ def item_view(approval: Approval, inv: Invocation, session: AgentSession | None)
         "id": str(approval.id),
         "invocation_id": inv.invocation_id,
         "tool": approval.tool,
+        "scope": inv.scope,
         "route": approval.route_key,
         "risk": approval.risk,
         "status": approval.status,
