@@ -24,26 +24,24 @@ RAW_VIEW_MAX_BYTES = 2 * 1024 * 1024
 @bp.get("/")
 @permission_required("approvals:read")
 def queue():
-    offset = request.args.get("offset", "0")
-    offset = int(offset) if offset.isascii() and offset.isdigit() and len(offset) < 10 else 0
-    with database().session() as db:
-        page = service.list_approvals(db, "pending", PAGE, offset)
-    template = "console/partials/approval_rows.html" if is_htmx() and offset else "console/approvals.html"
-    more = url_for(".queue", offset=page["next_offset"]) if page["has_more"] else None
-    return render_template(template, items=page["items"], more=more, history=False)
+    return _page("pending", ".queue")
 
 
 @bp.get("/history")
 @permission_required("approvals:read")
 def history():
+    return _page("decided", ".history")
+
+
+def _page(status: str, endpoint: str):
+    """One page of the queue or the history; later pages come as htmx rows ("load more")."""
     offset = request.args.get("offset", "0")
     offset = int(offset) if offset.isascii() and offset.isdigit() and len(offset) < 10 else 0
     with database().session() as db:
-        page = service.list_approvals(db, "decided", PAGE, offset)
-    items = page["items"]
-    more = url_for(".history", offset=page["next_offset"]) if page["has_more"] else None
+        page = service.list_approvals(db, status, PAGE, offset)
+    more = url_for(endpoint, offset=page["next_offset"]) if page["has_more"] else None
     template = "console/partials/approval_rows.html" if is_htmx() and offset else "console/approvals.html"
-    return render_template(template, items=items, more=more, history=True)
+    return render_template(template, items=page["items"], more=more, history=status == "decided")
 
 
 @bp.get("/count")

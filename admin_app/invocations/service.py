@@ -169,7 +169,12 @@ def _send_and_record(database: Database, inv_id: uuid.UUID, plan: dict) -> None:
         inv.updated_at = utc_now()
 
 
-def _current(database: Database, inv_id: uuid.UUID) -> dict:
+def _dispatch_planned(database: Database, inv_id: uuid.UUID, plan: dict | None, result: dict) -> dict:
+    """After the reserving transaction committed: send the planned call (if any), record what came
+    back, and answer with the invocation as it now stands."""
+    if plan is None:
+        return result
+    _send_and_record(database, inv_id, plan)
     with database.session() as db:
         inv = db.get(Invocation, inv_id)
         return view(inv, _approval(db, inv))
@@ -249,12 +254,8 @@ def invoke(database: Database, bearer: str | None, body: dict) -> dict:
         else:
             plan = _reserve(db, inv, visible, _provider(db, visible.tool.provider), arguments)
         db.flush()
-        result = view(inv, approval)
-        inv_id = inv.id
-    if plan is None:
-        return result
-    _send_and_record(database, inv_id, plan)
-    return _current(database, inv_id)
+        result, inv_id = view(inv, approval), inv.id
+    return _dispatch_planned(database, inv_id, plan, result)
 
 
 # ------------------------------------------------------------------ resume and receipt
@@ -306,12 +307,8 @@ def resume(database: Database, bearer: str | None, invocation_id: str) -> dict:
             journal.state, journal.failure, journal.finished_at = "uncertain", "no_outcome_recorded", utc_now()
             inv.status, inv.reason = "reconciliation_required", "no_outcome_recorded"
         db.flush()
-        result = view(inv, approval)
-        inv_id = inv.id
-    if plan is None:
-        return result
-    _send_and_record(database, inv_id, plan)
-    return _current(database, inv_id)
+        result, inv_id = view(inv, approval), inv.id
+    return _dispatch_planned(database, inv_id, plan, result)
 
 
 def receipt(database: Database, bearer: str | None, invocation_id: str) -> dict:
