@@ -47,7 +47,11 @@ def _serve(app, host: str, port: int):
     return server
 
 
-def prepare(hub, data_dir: Path, business_port: int, hub_url: str, reset: bool, echo=click.echo):
+def _note(message: str) -> None:
+    click.echo(message, err=True)  # progress notes on stderr: stdout stays clean for --seed-only JSON
+
+
+def prepare(hub, data_dir: Path, business_port: int, hub_url: str, reset: bool, echo=_note):
     """Everything before seeding: schema, business system, configuration, admins, knowledge."""
     conninfo = hub.db.conninfo()
     state = DemoState(data_dir)
