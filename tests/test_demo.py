@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from admin_app.cli import main
 from admin_app.demo.command import run_demo
 from admin_app.demo.seed import LONG_ARCHIVE_EVENTS
 from tests.conftest import serve
@@ -14,10 +15,6 @@ COUNTED = ("bz_agent_sessions", "bz_runs", "bz_messages", "bz_tool_invocations",
            "bz_tool_journal", "bz_agent_conversation_archives", "bz_agent_conversation_members",
            "bz_agent_conversation_events", "bz_admins", "bz_admin_tokens", "bz_knowledge_documents",
            "bz_agent_authorizations", "bz_client_apps", "bz_routes", "bz_tool_providers")
-
-
-def counts(sql) -> dict:
-    return {table: sql(f"SELECT count(*) FROM {table}")[0][0] for table in COUNTED}
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +32,7 @@ def seeded(tmp_path_factory, databases, migrated_template):
 def admin_api(seeded):
     app, _, summary = seeded
     live = serve(app)
-    from tests.conftest import _maybe_json  # noqa: F401 - the same JSON helper as the other tests
-
-    runner = app.test_cli_runner()
-    from admin_app.cli import main
-
-    token = json.loads(runner.invoke(main, ["admins", "token", "demo-admin"]).stdout)["token"]
+    token = json.loads(app.test_cli_runner().invoke(main, ["admins", "token", "demo-admin"]).stdout)["token"]
 
     def get(path: str) -> dict:
         response = live.get(path, headers={"Authorization": f"Bearer {token}"})
