@@ -7,10 +7,9 @@ from flask import Blueprint, g, jsonify
 
 from ..conversation_audit import archives, events
 from ..conversation_audit.availability import probe, require_archives
-from ..errors import ApiError, invalid_request
-from ..validation import Checker
+from ..errors import ApiError
 from .auth import agent_session_required
-from .body import read_json_object
+from .body import read_empty_object, read_json_object
 
 bp = Blueprint("agent_audit", __name__, url_prefix="/agent-api/v1/conversation-audits")
 
@@ -44,9 +43,7 @@ def create():
 @agent_session_required
 def confirm(archive_id: str):
     available = require_archives(g.db)
-    body = read_json_object(CREATE_BODY_MAX, _too_large)
-    if body:
-        raise invalid_request(Checker.single(next(iter(body)), "confirm takes an empty object"))
+    read_empty_object("confirm", CREATE_BODY_MAX, _too_large)
     return jsonify(archives.confirm(g.db, g.agent_session, archive_id, available))
 
 

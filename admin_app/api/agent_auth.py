@@ -11,7 +11,7 @@ from ..identity.sessions import authenticate_access, revoke_by_refresh_token, re
 from ..identity.tokens import bearer_from_header
 from ..validation import Checker
 from .auth import agent_session_required, database
-from .body import read_json_object
+from .body import read_empty_object, read_json_object
 
 bp = Blueprint("agent_auth", __name__, url_prefix="/agent-auth/v1")
 
@@ -82,8 +82,7 @@ def approve_authorization(authorization_id: str):
 def deny_authorization(authorization_id: str):
     with database().session() as db:
         client = _client_from_token(db)
-        if read_json_object(AUTH_BODY_MAX):
-            raise invalid_request(Checker.single("", "deny takes an empty object"))
+        read_empty_object("deny", AUTH_BODY_MAX)
         return jsonify(agent_auth.deny(db, client, authorization_id))
 
 
@@ -99,6 +98,5 @@ def token():
 def revoke_by_client(session_id: str):
     with database().session() as db:
         client = _client_from_token(db)
-        if read_json_object(AUTH_BODY_MAX):
-            raise invalid_request(Checker.single("", "revoke takes an empty object"))
+        read_empty_object("revoke", AUTH_BODY_MAX)
         return jsonify(agent_auth.revoke_for_client(db, client, session_id))

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify, request
 
-from ..errors import invalid_request, unauthorized
+from ..errors import unauthorized
 from ..identity.sessions import authenticate_access
 from ..identity.tokens import bearer_from_header
 from ..invocations import service
-from ..validation import Checker
-from .body import read_json_object
+from .body import read_empty_object, read_json_object
 
 bp = Blueprint("agent_invocations", __name__, url_prefix="/agent-api/v1/tool-invocations")
 
@@ -41,9 +40,7 @@ def invoke():
 
 @bp.post("/<invocation_id>/resume")
 def resume(invocation_id: str):
-    body = read_json_object(64 * 1024)
-    if body:
-        raise invalid_request(Checker.single(next(iter(body)), "resume takes an empty object"))
+    read_empty_object("resume", 64 * 1024)
     return jsonify(service.resume(_database(), _bearer(), invocation_id))
 
 

@@ -11,8 +11,8 @@ from typing import Callable
 
 from flask import request
 
-from ..errors import ApiError
-from ..validation import strict_json_loads
+from ..errors import ApiError, invalid_request
+from ..validation import Checker, strict_json_loads
 
 CHUNK = 64 * 1024
 
@@ -57,3 +57,10 @@ def read_json_object(max_bytes: int, too_large: TooLarge = default_too_large) ->
     if not isinstance(value, dict):
         raise ApiError(400, "invalid_request", "The body must be a JSON object.")
     return value
+
+
+def read_empty_object(action: str, max_bytes: int, too_large: TooLarge = default_too_large) -> None:
+    """Bodies of actions that take `{}` (confirm, deny, resume, revoke): anything else is refused."""
+    body = read_json_object(max_bytes, too_large)
+    if body:
+        raise invalid_request(Checker.single(next(iter(body)), f"{action} takes an empty object"))
