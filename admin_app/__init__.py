@@ -54,6 +54,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(agent_audit.bp)
     app.register_blueprint(agent_invocations.bp)
     app.register_blueprint(admin_api.bp)
+    from .openapi import bp as openapi_bp
+
+    app.register_blueprint(openapi_bp)
     from . import console
 
     console.init_app(app)

@@ -57,22 +57,36 @@ def strict_json_loads(raw: str | bytes) -> Any:
     def constant(name):
         raise ValueError(f"{name} is not valid JSON")
 
-    value = json.loads(raw, object_pairs_hook=pairs, parse_constant=constant)
-    _check_list_strings(value)
+    def finite(literal):
+        # 1e400 overflows to infinity: Infinity in disguise.
+        number = float(literal)
+        if not math.isfinite(number):
+            raise ValueError(f"{literal} is out of range")
+        return number
+
+    value = json.loads(raw, object_pairs_hook=pairs, parse_constant=constant, parse_float=finite)
+    _check_list_strings_and_depth(value)
     return value
 
 
-def _check_list_strings(value: Any) -> None:
-    """Strings directly inside arrays (object members were checked while parsing)."""
-    if isinstance(value, str):
-        _check_storable(value)
-    elif isinstance(value, list):
-        for item in value:
-            _check_list_strings(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            if isinstance(item, (list, dict)):
-                _check_list_strings(item)
+# Deeper values would exhaust the recursion of whatever walks them next (hashing, measuring,
+# schema validation): refused here as a 400 rather than failing there as a 500.
+MAX_JSON_DEPTH = 128
+
+
+def _check_list_strings_and_depth(value: Any) -> None:
+    """Strings directly inside arrays (object members were checked while parsing), and the
+    nesting depth; iterative, so the walk itself cannot run out of stack."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _check_storable(item)
+        elif isinstance(item, (list, dict)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+            children = item if isinstance(item, list) else item.values()
+            stack.extend((child, depth + 1) for child in children)
 
 
 def json_value_problems(value: Any, path: str = "") -> list[tuple[str, str]]:
@@ -145,7 +159,8 @@ class Checker:
         if max_len is not None and len(value) > max_len:
             self.add(path, f"must be at most {max_len} characters")
             return None
-        if pattern is not None and not pattern.match(value):
+        # fullmatch: a `$` in re.match also accepts a trailing newline.
+        if pattern is not None and not pattern.fullmatch(value):
             self.add(path, f"must match {pattern_text or pattern.pattern}")
             return None
         if single_line and (CONTROL_CHARS.search(value) or "\n" in value or "\r" in value):

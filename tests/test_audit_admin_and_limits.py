@@ -21,7 +21,7 @@ import requests
 
 from admin_app import create_app, migrations
 from admin_app.canonical import sha256_json
-from tests.conftest import EXAMPLES, SQL_DIR, run_cli_process, serve
+from tests.conftest import EXAMPLES, SQL_DIR, cli_of, run_cli_process, serve
 
 JSON = {"Content-Type": "application/json"}
 AUDITS = "/agent-api/v1/conversation-audits"
@@ -168,22 +168,6 @@ def auditor(cli, configured) -> str:
 
 
 # ============================================================== 1. the three migration modes
-
-def cli_of(app):
-    """bailing-admin in-process against `app` (as the `cli` fixture does); returns stdout JSON."""
-    from admin_app.cli import main
-
-    runner = app.test_cli_runner()
-
-    def run(*args: str, input: str | None = None):
-        result = runner.invoke(main, list(args), input=input)
-        if result.exception and not isinstance(result.exception, SystemExit):
-            raise result.exception
-        assert result.exit_code == 0, (args, result.stdout, result.stderr)
-        return json.loads(result.stdout)
-
-    return run
-
 
 def session_of(run, client: str, route: str) -> dict:
     return run("sessions", "issue", "--client", client, "--routes", route,

@@ -40,6 +40,7 @@ def invoke():
 
 @bp.post("/<invocation_id>/resume")
 def resume(invocation_id: str):
+    _authenticated_first()
     read_empty_object("resume", 64 * 1024)
     return jsonify(service.resume(_database(), _bearer(), invocation_id))
 

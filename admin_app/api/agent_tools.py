@@ -39,7 +39,7 @@ def list_tools():
 @agent_session_required
 def tool_detail(name: str):
     params = query_params(required=("route", "capability_revision"))
-    if not REVISION.match(params["capability_revision"]):
+    if not REVISION.fullmatch(params["capability_revision"]):
         raise ApiError(400, "invalid_request", "capability_revision must be a lowercase SHA-256 hex digest.",
                        problems=[{"path": "capability_revision", "message": "must be 64 hex digits"}])
     route = resolve_route(g.db, g.agent_session, params["route"], "tools")

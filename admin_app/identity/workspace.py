@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..errors import ApiError
+from ..validation import RESOURCE_KEY
 from .models import AgentSession, ClientApp, Route
 
 Surface = Literal["runtime", "tools"]
@@ -65,7 +66,9 @@ def resolve_route(db: Session, session: AgentSession, route_key: str, surface: S
     """The route when it is in the session's workspace for this surface; otherwise the same 404
     whether the route is missing, disabled, not allowed or outside the audience."""
     client = db.scalar(select(ClientApp).where(ClientApp.app_id == session.client_app_id))
-    route = db.scalar(select(Route).where(Route.route_key == route_key)) if isinstance(route_key, str) else None
+    # A key that cannot name a route (a NUL byte would even fail the query) is simply not found.
+    well_formed = isinstance(route_key, str) and RESOURCE_KEY.fullmatch(route_key) is not None
+    route = db.scalar(select(Route).where(Route.route_key == route_key)) if well_formed else None
     if client is None or route is None or not route_usable(route, session, client) \
             or not surface_enabled(route, surface):
         raise ApiError(404, "workspace_not_found", "No such workspace for this session.")

@@ -101,6 +101,6 @@ def _decode(raw: bytes, content_type: str) -> Any:
     if "json" in content_type.lower():
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # too deep to parse is kept as text, like invalid JSON
             return text
     return text

@@ -15,7 +15,10 @@ _ESCAPE = json.encoder.py_encode_basestring  # same escapes as JSON.stringify fo
 
 def number(value: int | float) -> str:
     """ECMAScript Number::toString of the double a JavaScript client would hold."""
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an integer beyond a double: JavaScript holds Infinity, written null
+        return "null"
     if x != x or x in (float("inf"), float("-inf")):
         return "null"
     if x == 0:
