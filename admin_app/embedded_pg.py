@@ -48,8 +48,10 @@ def ensure_running(data_dir: Path) -> str:
         if not exists:
             try:
                 conn.execute(f'CREATE DATABASE "{APP_DATABASE}"')
-            except psycopg.errors.DuplicateDatabase:
-                pass  # another process created it between our check and our create
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                # Another process created it between our check and our create (at the same
+                # moment, the catalog's unique index reports it rather than CREATE DATABASE).
+                pass
     return f"postgresql://postgres@/{APP_DATABASE}?host={socket_dir}"
 
 

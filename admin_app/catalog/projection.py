@@ -8,11 +8,14 @@ route's `force_approval_tools` can only add to it.
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 
 from sqlalchemy.orm import Session
 
-from ..canonical import sha256_json
+from ..canonical import canonical_json, sha256_json
 from ..identity.models import AgentSession, Route
 from .compiler import Tool
 from .store import compiled_providers
@@ -65,6 +68,13 @@ class Projection:
     tools: dict[str, Visible]
     revision: str
 
+    @cached_property
+    def search_index(self):
+        """Built on the first search of this projection; projections are reused across requests."""
+        from .search import Index
+
+        return Index(list(self.tools.values()))
+
     def counts(self) -> dict:
         tools = self.tools.values()
         return {
@@ -85,28 +95,54 @@ def forced_approval(direct: dict) -> set[str]:
     return set()
 
 
+# Recent projections by what they depend on; a hit must also hold the very same compiled
+# providers (kept alive in the entry, so their ids cannot be reused by other objects meanwhile).
+_recent: OrderedDict[tuple, tuple[tuple, Projection]] = OrderedDict()
+_RECENT_MAX = 256
+_recent_lock = threading.Lock()
+
+
 def project(db: Session, route: Route, session: AgentSession) -> Projection:
+    """What `session` sees in `route`. Computing it hashes every visible tool, so the result is
+    reused while the route's tool settings, the providers' compiled versions and whether the
+    session acts for a subject stay the same."""
     tools_cfg = route.tools or {}
     direct = tools_cfg.get("agent_direct") or {}
+    sources = (tools_cfg.get("sources") or []) if direct.get("enabled", False) else []
+    providers = compiled_providers(db, [s["provider"] for s in sources])
+    held = tuple(providers.values())
+    key = (route.route_key, route.permission, canonical_json(tools_cfg), bool(session.on_behalf_of),
+           tuple(id(p) for p in held))
+    with _recent_lock:
+        hit = _recent.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], held)):
+            _recent.move_to_end(key)
+            return hit[1]
+    found = _compute(route, session, sources, providers, forced_approval(direct),
+                     set(direct.get("write_tools") or []))
+    with _recent_lock:
+        _recent[key] = (held, found)
+        while len(_recent) > _RECENT_MAX:
+            _recent.popitem(last=False)
+    return found
+
+
+def _compute(route: Route, session: AgentSession, sources: list, providers: dict, forced: set[str],
+             write_tools: set[str]) -> Projection:
     visible: dict[str, Visible] = {}
-    if direct.get("enabled", False):
-        sources = tools_cfg.get("sources") or []
-        providers = compiled_providers(db, [s["provider"] for s in sources])
-        write_tools = set(direct.get("write_tools") or [])
-        forced = forced_approval(direct)
-        for source in sources:
-            provider = providers.get(source["provider"])
-            if provider is None:
+    for source in sources:
+        provider = providers.get(source["provider"])
+        if provider is None:
+            continue
+        allow = set(source.get("allow") or [])
+        for tool in provider.tools.values():
+            if "*" not in allow and tool.scope not in allow:
                 continue
-            allow = set(source.get("allow") or [])
-            for tool in provider.tools.values():
-                if "*" not in allow and tool.scope not in allow:
-                    continue
-                if not tool.readonly and (route.permission != "full" or tool.name not in write_tools):
-                    continue
-                if tool.subject_required and not session.on_behalf_of:
-                    continue
-                visible[tool.name] = Visible(tool, tool.approval_required or tool.name in forced)
+            if not tool.readonly and (route.permission != "full" or tool.name not in write_tools):
+                continue
+            if tool.subject_required and not session.on_behalf_of:
+                continue
+            visible[tool.name] = Visible(tool, tool.approval_required or tool.name in forced)
     ordered = dict(sorted(visible.items()))
     revision = sha256_json({
         "schema": "bailing.capability-revision.v1",

@@ -8,6 +8,7 @@ this lexical order is what a client gets whenever semantic retrieval would be un
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 
 from .projection import Projection, Visible
 
@@ -21,31 +22,42 @@ def tokens(text: str) -> list[str]:
     return [t.lower() for t in TOKEN.findall(text)]
 
 
-def _fields(visible: Visible) -> dict[str, set[str]]:
+def _text(visible: Visible, field: str) -> str:
     tool = visible.tool
-    return {
-        "name": set(tokens(tool.name)),
-        "scope": set(tokens(tool.scope)),
-        "description": set(tokens(tool.description.text)),
-        "guidance": set(tokens(tool.guidance.text)),
-    }
+    return {"name": tool.name, "scope": tool.scope, "description": tool.description.text,
+            "guidance": tool.guidance.text}[field]
 
 
-def score(visible: Visible, query_tokens: list[str]) -> int:
-    fields = _fields(visible)
-    total = 0
-    for word in dict.fromkeys(query_tokens):  # each distinct word once, in query order
-        for field, weight in WEIGHTS:
-            if word in fields[field] or (len(word) >= 4 and any(t.startswith(word) for t in fields[field])):
-                total += weight
-    return total
+class Index:
+    """Per field, every (word, tool position) of a projection in word order: the tools whose words
+    start with a query word are one contiguous run, found by bisection instead of a scan."""
+
+    def __init__(self, visible: list[Visible]):
+        self.visible = visible
+        self.fields = {field: sorted((w, i) for i, v in enumerate(visible)
+                                     for w in set(tokens(_text(v, field))))
+                       for field, _ in WEIGHTS}
+
+    def matches(self, field: str, word: str) -> set[int]:
+        """Tools with `word` in this field, or for words of 4 or more characters, a word
+        starting with it."""
+        entries = self.fields[field]
+        end = word + "\U0010ffff" if len(word) >= 4 else word
+        lo = bisect_left(entries, (word, -1))
+        hi = bisect_left(entries, (end, len(self.visible)))
+        return {i for _, i in entries[lo:hi]}
 
 
 def rank(projection: Projection, query: str) -> list[Visible]:
-    words = tokens(query)[:64]
-    scored = [(score(v, words), v.tool.name, v) for v in projection.tools.values()]
-    scored.sort(key=lambda item: (-item[0], item[1]))
-    return [v for _, _, v in scored]
+    index: Index = projection.search_index
+    scores = [0] * len(index.visible)
+    for word in dict.fromkeys(tokens(query)[:64]):  # each distinct word once, in query order
+        for field, weight in WEIGHTS:
+            for i in index.matches(field, word):
+                scores[i] += weight
+    # The projection is in name order, and the sort is stable: ties keep it.
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    return [index.visible[i] for i in order]
 
 
 def discovery(returned: int, authorized_total: int, limit: int) -> dict:

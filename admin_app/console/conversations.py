@@ -118,7 +118,7 @@ def detail(archive_id: str):
             return _unavailable()
         header = _archive(db, archive_id)
         members = _members(db, header.id, available)
-        events, more = reads.event_page(db, header.id, start, EVENTS_PAGE)
+        events, more = reads.event_page(db, header.id, start, EVENTS_PAGE, header.last_sequence)
         record_read(db, "transcript_view", str(header.id))
     return render_template("console/conversation.html", conversation=header_view(header), members=members,
                            events=[reads.event_view(e) for e in events], more=more, start=start,
@@ -136,7 +136,7 @@ def events_page(archive_id: str):
         if not probe(db).archives:
             return _unavailable()
         header = _archive(db, archive_id)
-        events, more = reads.event_page(db, header.id, int(after), EVENTS_PAGE)
+        events, more = reads.event_page(db, header.id, int(after), EVENTS_PAGE, header.last_sequence)
         record_read(db, "transcript_view", str(header.id))  # each page read is a read of the transcript
     return render_template("console/partials/events.html", conversation=header_view(header),
                            events=[reads.event_view(e) for e in events], more=more,
@@ -164,7 +164,7 @@ def export(archive_id: str):
         after, first = 0, True
         while True:
             with hub_db.session() as db:
-                rows, more = reads.event_page(db, header.id, after, 1000)
+                rows, more = reads.event_page(db, header.id, after, 1000, header.last_sequence)
             for row in rows:
                 yield ("" if first else ",") + json.dumps(reads.event_view(row), ensure_ascii=False)
                 first = False

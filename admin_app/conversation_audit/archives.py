@@ -14,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from ..canonical import iso, sha256_json, utc_now
+from ..db import pipelined
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, ClientApp
 from ..validation import RESERVED_ROUTES, RESOURCE_KEY, Checker, join
@@ -248,10 +249,13 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+_HEADER_SQL = (f"SELECT {HEADER_COLUMNS}, creator_session_id, running_turn_id, text_bytes "
+               "FROM bz_agent_conversation_archives WHERE id = %(id)s")
+
+
 def load_header(db: Session, archive_id: Any, *, lock: bool = False):
-    return db.execute(text(f"SELECT {HEADER_COLUMNS}, creator_session_id, running_turn_id, text_bytes "
-                           f"FROM bz_agent_conversation_archives "
-                           f"WHERE id = :id{' FOR UPDATE' if lock else ''}"), {"id": archive_id}).first()
+    rows = pipelined(db, (_HEADER_SQL + (" FOR UPDATE" if lock else ""), {"id": archive_id}))[0]
+    return rows[0] if rows else None
 
 
 def parse_archive_id(value: str) -> uuid.UUID:
@@ -261,12 +265,10 @@ def parse_archive_id(value: str) -> uuid.UUID:
         raise not_found() from None
 
 
-def member_rows(db: Session, archive_id: Any, available: Availability) -> list:
+def _members_sql(available: Availability) -> str:
     binding = ", client_app_id, route_key" if available.cross_binding else ", NULL AS client_app_id, NULL AS route_key"
-    return list(db.execute(text(f"""
-        SELECT session_id, confirmed_at, identity_hash{binding}
-        FROM bz_agent_conversation_members WHERE archive_id = :id ORDER BY position"""),
-        {"id": archive_id}))
+    return f"""SELECT session_id, confirmed_at, identity_hash{binding}
+        FROM bz_agent_conversation_members WHERE archive_id = %(id)s ORDER BY position"""
 
 
 def group_bindings(header: Any, members: list) -> list[Binding]:
@@ -275,16 +277,16 @@ def group_bindings(header: Any, members: list) -> list[Binding]:
 
 
 def locked_archive_for_member(db: Session, session: AgentSession, archive_ref: str,
-                              available: Availability):
-    """The archive (locked) and its members, when this session is one of them; else 404."""
+                              available: Availability, *also: tuple[str, dict]):
+    """The archive (locked) and its members, when this session is one of them; else 404.
+    `also`: more statements sent in the same round trip, run after the lock; their rows follow."""
     archive_id = parse_archive_id(archive_ref)
-    header = load_header(db, archive_id, lock=True)
-    if header is None:
+    headers, members, *more = pipelined(
+        db, (_HEADER_SQL + " FOR UPDATE", {"id": archive_id}),
+        (_members_sql(available), {"id": archive_id}), *also)
+    if not headers or str(session.id) not in {str(m.session_id) for m in members}:
         raise not_found()
-    members = member_rows(db, archive_id, available)
-    if str(session.id) not in {str(m.session_id) for m in members}:
-        raise not_found()
-    return header, members
+    return (headers[0], members, *more)
 
 
 def confirm(db: Session, session: AgentSession, archive_ref: str, available: Availability) -> dict:

@@ -28,9 +28,21 @@ class Availability:
     cross_binding: bool
 
 
+_FULL = Availability(archives=True, cross_binding=True)
+
+
 def probe(db: Session) -> Availability:
+    # Once a connection has seen every migration of the audit, nothing can add to it: that answer
+    # is kept for the connection's life. Anything less is asked again, so an upgrade applied while
+    # the hub runs is seen at once.
+    info = db.connection().info
+    if info.get("conversation_audit") is _FULL:
+        return _FULL
     row = db.execute(_PROBE).one()
-    return Availability(archives=bool(row.archives), cross_binding=bool(row.archives and row.bindings))
+    found = Availability(archives=bool(row.archives), cross_binding=bool(row.archives and row.bindings))
+    if found == _FULL:
+        info["conversation_audit"] = _FULL
+    return found
 
 
 def require_archives(db: Session) -> Availability:

@@ -14,12 +14,13 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from ..canonical import sha256_json
+from ..db import pipelined
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession
 from ..runtime.models import Run
 from ..validation import Checker, join, utf16_len
 from .archives import (ID_MAX, conflict, group_bindings, limit_error, locked_archive_for_member,
-                       not_found)
+                       not_found, parse_archive_id)
 from .availability import Availability
 from .members import lock_and_check
 
@@ -99,11 +100,30 @@ def _stored(db: Session, archive_id: Any, first: int, last: int) -> dict[int, tu
     return {r.sequence: (r.event_id, r.body_sha256) for r in rows}
 
 
-def _turn_started(db: Session, archive_id: Any, turn_id: str) -> bool:
-    return db.execute(text("""
-        SELECT 1 FROM bz_agent_conversation_events
-        WHERE archive_id = :id AND kind = 'turn_start' AND client_turn_id = :turn"""),
-        {"id": archive_id, "turn": turn_id}).first() is not None
+# Which of a batch's event ids the archive already holds, and which of its turns an earlier
+# batch started; sent with the archive lock (archives.locked_archive_for_member).
+_EARLIER_USE = """
+    SELECT 'event' AS what, event_id AS value FROM bz_agent_conversation_events
+     WHERE archive_id = %(id)s AND event_id = ANY(%(ids)s::text[])
+    UNION ALL
+    SELECT 'turn', client_turn_id FROM bz_agent_conversation_events
+     WHERE archive_id = %(id)s AND kind = 'turn_start' AND client_turn_id = ANY(%(turns)s::text[])"""
+
+# The whole batch in one statement (columns as arrays), then the header's counters.
+_INSERT = """
+    INSERT INTO bz_agent_conversation_events
+        (archive_id, sequence, event_id, client_turn_id, kind, content, status, run_id,
+         member_session_id, thread_id, body_sha256)
+    SELECT %(archive)s, * FROM unnest(
+        %(sequence)s::integer[], %(event_id)s::text[], %(turn)s::text[], %(kind)s::text[],
+        %(content)s::text[], %(status)s::text[], %(run)s::uuid[], %(member)s::uuid[],
+        %(thread)s::bigint[], %(digest)s::text[])"""
+_UPDATE_HEADER = """
+    UPDATE bz_agent_conversation_archives
+       SET last_sequence = %(last)s, message_count = message_count + %(messages)s,
+           turn_count = turn_count + %(turns)s, text_bytes = text_bytes + %(bytes)s,
+           running_turn_id = %(running)s, last_turn_status = %(status)s, updated_at = now()
+     WHERE id = %(id)s"""
 
 
 def _verify_run_link(db: Session, header: Any, members: list, event: dict) -> int:
@@ -129,10 +149,21 @@ def _verify_run_link(db: Session, header: Any, members: list, event: dict) -> in
 
 def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
            available: Availability) -> dict:
-    header, members = locked_archive_for_member(db, session, archive_ref, available)
+    archive_id = parse_archive_id(archive_ref)
+    try:
+        events = _validate(body)
+        refusal = None
+    except ApiError as err:  # told only to the writer, once the archive is known to be theirs
+        events, refusal = [], err
+    turn_ids = {e["client_turn_id"] for e in events if e["kind"] in ("turn_start", "run_link")}
+    header, members, earlier = locked_archive_for_member(
+        db, session, archive_ref, available,
+        (_EARLIER_USE, {"id": archive_id, "ids": [e["event_id"] for e in events],
+                        "turns": sorted(turn_ids)}))
     if str(header.creator_session_id) != str(session.id):
         raise not_found()  # only the writer appends; others learn nothing more
-    events = _validate(body)
+    if refusal is not None:
+        raise refusal
     if header.state != "ready":
         raise ApiError(409, "conversation_audit_not_ready", "Some members have not confirmed yet.")
     lock_and_check(db, group_bindings(header, members))
@@ -146,7 +177,8 @@ def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
         raise conflict("An event_id occurs twice in the batch.")
     hashes = [sha256_json(e) for e in events]
     last_seq = first_seq + len(events) - 1
-    stored = _stored(db, header.id, first_seq, min(last_seq, header.last_sequence))
+    replayed = first_seq <= header.last_sequence
+    stored = _stored(db, header.id, first_seq, min(last_seq, header.last_sequence)) if replayed else {}
     new: list[tuple[dict, str]] = []
     for event, digest in zip(events, hashes):
         if event["sequence"] <= header.last_sequence:
@@ -165,12 +197,11 @@ def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
     if header.text_bytes + new_bytes > ARCHIVE_MAX_TEXT_BYTES:
         raise limit_error(f"An archive holds at most {ARCHIVE_MAX_TEXT_BYTES} bytes of text.",
                           max_archive_text_bytes=ARCHIVE_MAX_TEXT_BYTES)
-    reused = db.execute(text("""
-        SELECT event_id FROM bz_agent_conversation_events
-        WHERE archive_id = :id AND event_id = ANY(:ids) LIMIT 1"""),
-        {"id": header.id, "ids": [e["event_id"] for e, _ in new]}).first()
+    stored_ids = {r.value for r in earlier if r.what == "event"}
+    started_before = {r.value for r in earlier if r.what == "turn"}
+    reused = next((e["event_id"] for e, _ in new if e["event_id"] in stored_ids), None)
     if reused is not None:
-        raise conflict(f"event_id {reused.event_id} is already used in this archive.")
+        raise conflict(f"event_id {reused} is already used in this archive.")
 
     running = header.running_turn_id
     status = header.last_turn_status
@@ -183,7 +214,7 @@ def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
         if kind == "turn_start":
             if running is not None:
                 raise conflict(f"Turn {running} is still running; end it before starting another.")
-            if turn in started_here or _turn_started(db, header.id, turn):
+            if turn in started_here or turn in started_before:
                 raise conflict(f"Turn {turn} was already started in this archive.")
             started_here.add(turn)
             running, status, turns = turn, "running", turns + 1
@@ -196,29 +227,20 @@ def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
                 raise conflict(f"turn_end {event['event_id']} does not end the current running turn.")
             running, status = None, event["status"]
         else:  # run_link: late links attach to any started turn and change no status
-            if turn not in started_here and not _turn_started(db, header.id, turn):
+            if turn not in started_here and turn not in started_before:
                 raise conflict(f"run_link {event['event_id']} names a turn that was never started.")
             thread_id = _verify_run_link(db, header, members, event)
-        rows.append({"archive": header.id, "sequence": event["sequence"], "event_id": event["event_id"],
+        rows.append({"sequence": event["sequence"], "event_id": event["event_id"],
                      "turn": turn, "kind": kind, "content": event.get("content"),
                      "status": event.get("status"), "run": event.get("run_id"),
                      "member": event.get("member_session_id"), "thread": thread_id, "digest": digest})
     run_ids = [r["run"] for r in rows if r["run"]]
     if len(set(run_ids)) != len(run_ids):
         raise conflict("A run may be linked only once.")
-    db.execute(text("""
-        INSERT INTO bz_agent_conversation_events
-            (archive_id, sequence, event_id, client_turn_id, kind, content, status, run_id,
-             member_session_id, thread_id, body_sha256)
-        VALUES (:archive, :sequence, :event_id, :turn, :kind, :content, :status, :run, :member,
-                :thread, :digest)"""), rows)
-    db.execute(text("""
-        UPDATE bz_agent_conversation_archives
-           SET last_sequence = :last, message_count = message_count + :messages,
-               turn_count = turn_count + :turns, text_bytes = text_bytes + :bytes,
-               running_turn_id = :running, last_turn_status = :status, updated_at = now()
-         WHERE id = :id"""),
-        {"last": last_seq, "messages": messages, "turns": turns, "bytes": new_bytes,
-         "running": running, "status": status, "id": header.id})
+    columns = {name: [r[name] for r in rows] for name in rows[0]}
+    pipelined(db, (_INSERT, {**columns, "archive": header.id}),
+              (_UPDATE_HEADER, {"last": last_seq, "messages": messages, "turns": turns,
+                                "bytes": new_bytes, "running": running, "status": status,
+                                "id": header.id}))
     return {"schema": ACK, "conversation_id": str(header.id), "last_sequence": last_seq}
 

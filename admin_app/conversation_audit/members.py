@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from typing import Any
+
 from sqlalchemy.orm import Session
 
 from ..canonical import utc_now
+from ..db import pipelined
 from ..errors import ApiError
-from ..identity.models import AgentSession, ClientApp, Route
 from ..identity.sessions import identity_hash
 from ..identity.workspace import audience_allows
 
@@ -33,20 +34,27 @@ def authorization_invalid(message: str = "A member's authorization or route is n
     return ApiError(403, "conversation_audit_authorization_invalid", message)
 
 
-def lock_and_check(db: Session, bindings: list[Binding]) -> dict[str, AgentSession]:
-    """Lock and revalidate every binding; return the live sessions by id, or raise 403."""
-    session_ids = sorted({b.session_id for b in bindings})
-    app_ids = sorted({b.client_app_id for b in bindings})
-    route_keys = sorted({b.route_key for b in bindings})
-    sessions = {str(s.id): s for s in db.scalars(
-        select(AgentSession).where(AgentSession.id.in_(session_ids))
-        .order_by(AgentSession.id).with_for_update(read=True))}
-    clients = {c.app_id: c for c in db.scalars(
-        select(ClientApp).where(ClientApp.app_id.in_(app_ids))
-        .order_by(ClientApp.app_id).with_for_update(read=True))}
-    routes = {r.route_key: r for r in db.scalars(
-        select(Route).where(Route.route_key.in_(route_keys))
-        .order_by(Route.route_key).with_for_update(read=True))}
+# Share locks in a fixed order (sessions, client apps, routes; each by key), sent together.
+_LOCKS = (
+    """SELECT id, client_app_id, principal, on_behalf_of, allowed_routes, revoked_at,
+              refresh_expires_at
+         FROM bz_agent_sessions WHERE id = ANY(%(keys)s::uuid[]) ORDER BY id FOR SHARE""",
+    """SELECT app_id, enabled, allowed_routes
+         FROM bz_client_apps WHERE app_id = ANY(%(keys)s) ORDER BY app_id FOR SHARE""",
+    """SELECT route_key, enabled, audience
+         FROM bz_routes WHERE route_key = ANY(%(keys)s) ORDER BY route_key FOR SHARE""",
+)
+
+
+def lock_and_check(db: Session, bindings: list[Binding]) -> dict[str, Any]:
+    """Lock and revalidate every binding; return the live sessions (rows) by id, or raise 403.
+    The rows are read under the locks, so a revocation committed just before is seen."""
+    keys = (sorted({b.session_id for b in bindings}), sorted({b.client_app_id for b in bindings}),
+            sorted({b.route_key for b in bindings}))
+    found = pipelined(db, *((sql, {"keys": k}) for sql, k in zip(_LOCKS, keys)))
+    sessions = {str(r.id): r for r in found[0]}
+    clients = {r.app_id: r for r in found[1]}
+    routes = {r.route_key: r for r in found[2]}
     now = utc_now()
     for b in bindings:
         session, client, route = sessions.get(b.session_id), clients.get(b.client_app_id), routes.get(b.route_key)
@@ -65,5 +73,6 @@ def lock_and_check(db: Session, bindings: list[Binding]) -> dict[str, AgentSessi
     return sessions
 
 
-def live_identity(session: AgentSession) -> str:
+def live_identity(session: Any) -> str:
+    """The identity hash of a session (an AgentSession or a locked row of one)."""
     return identity_hash(session.client_app_id, session.principal, session.on_behalf_of)

@@ -67,7 +67,7 @@ def archive_detail(db: Session, archive_ref: str, after_sequence: int, limit: in
         SELECT session_id, label, confirmed_at, principal, on_behalf_of{bindings}
         FROM bz_agent_conversation_members WHERE archive_id = :id ORDER BY position"""),
         {"id": archive_id})
-    page, has_more = event_page(db, archive_id, after_sequence, limit)
+    page, has_more = event_page(db, archive_id, after_sequence, limit, header.last_sequence)
     return {
         "schema": DETAIL_SCHEMA,
         "conversation": header_view(header),
@@ -145,11 +145,17 @@ def search_archives(db: Session, filters: dict[str, str], cursor: tuple | None, 
     return rows[:limit], next_cursor
 
 
-def event_page(db: Session, archive_id: Any, after_sequence: int, limit: int) -> tuple[list, bool]:
+def event_page(db: Session, archive_id: Any, after_sequence: int, limit: int,
+               upto: int) -> tuple[list, bool]:
+    """Events after `after_sequence` and none beyond `upto`, the `last_sequence` of the header the
+    caller read: each statement sees its own snapshot, and a batch committed after the header was
+    read must not show beyond it. (Events are append-only and a batch commits with its header
+    update, so everything up to a read header is there.)"""
     rows = list(db.execute(text("""
         SELECT sequence, event_id, client_turn_id, kind, content, status, run_id, member_session_id,
                thread_id, created_at
         FROM bz_agent_conversation_events
-        WHERE archive_id = :id AND sequence > :after ORDER BY sequence LIMIT :limit"""),
-        {"id": archive_id, "after": after_sequence, "limit": limit + 1}))
+        WHERE archive_id = :id AND sequence > :after AND sequence <= :upto
+        ORDER BY sequence LIMIT :limit"""),
+        {"id": archive_id, "after": after_sequence, "limit": limit + 1, "upto": upto}))
     return rows[:limit], len(rows) > limit

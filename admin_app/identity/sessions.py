@@ -121,14 +121,19 @@ def authenticate_access(db: Session, bearer: str | None) -> AgentSession | None:
     if bearer is None or not tokens.well_formed(bearer, tokens.ACCESS):
         return None
     digest = tokens.hash_token(bearer)
-    row = db.scalar(select(AgentSession).where(AgentSession.access_token_hash == digest))
-    if row is None or not tokens.same_hash(row.access_token_hash, digest):
+    # The session and its client in one round trip: this runs before every agent request.
+    found = db.execute(select(AgentSession, ClientApp.enabled)
+                       .outerjoin(ClientApp, ClientApp.app_id == AgentSession.client_app_id)
+                       .where(AgentSession.access_token_hash == digest)).first()
+    if found is None:
+        return None
+    row, client_enabled = found
+    if not tokens.same_hash(row.access_token_hash, digest):
         return None
     now = utc_now()
     if row.revoked_at is not None or row.access_expires_at <= now or row.refresh_expires_at <= now:
         return None
-    client = db.scalar(select(ClientApp).where(ClientApp.app_id == row.client_app_id))
-    if client is None or not client.enabled:
+    if not client_enabled:  # None: the client app is gone
         return None
     return row
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 
 from sqlalchemy import select, text, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from ..canonical import iso, utc_now
 from ..errors import ApiError, invalid_request
@@ -62,13 +62,19 @@ def item_view(approval: Approval, inv: Invocation, session: AgentSession | None)
     }
 
 
+def _with_context():
+    """An approval with its invocation and session, without the argument snapshot: it can be a
+    mebibyte, and lists and summaries show only its size and hash (snapshot() reads it)."""
+    return (select(Approval, Invocation, AgentSession)
+            .join(Invocation, Invocation.id == Approval.job_id)
+            .join(AgentSession, AgentSession.id == Invocation.session_id)
+            .options(defer(Approval.snapshot)))
+
+
 def list_approvals(db: Session, status: str, limit: int, offset: int) -> dict:
     """`pending`: the queue, oldest first; `decided`: the history, latest decision first; `all`:
     pending first, then everything else by creation."""
-    query = (select(Approval, Invocation, AgentSession)
-             .join(Invocation, Invocation.id == Approval.job_id)
-             .join(AgentSession, AgentSession.id == Invocation.session_id)
-             .limit(limit + 1).offset(offset))
+    query = _with_context().limit(limit + 1).offset(offset)
     if status == "pending":
         query = query.where(Approval.status == "pending").order_by(Approval.created_at, Approval.id)
     elif status == "decided":
@@ -82,10 +88,7 @@ def list_approvals(db: Session, status: str, limit: int, offset: int) -> dict:
 
 
 def get(db: Session, approval_ref: str) -> tuple[Approval, Invocation, AgentSession]:
-    row = db.execute(select(Approval, Invocation, AgentSession)
-                     .join(Invocation, Invocation.id == Approval.job_id)
-                     .join(AgentSession, AgentSession.id == Invocation.session_id)
-                     .where(Approval.id == parse_id(approval_ref))).first()
+    row = db.execute(_with_context().where(Approval.id == parse_id(approval_ref))).first()
     if row is None:
         raise _not_found()
     return row

@@ -3,9 +3,10 @@
 The order of a dispatch is the safety argument: (1) in one transaction, everything is revalidated
 and the journal row is written as `dispatching`, and that transaction commits; (2) only then does
 the HTTP request leave; (3) a second transaction records what came back. A crash between (1) and
-(3) leaves a `dispatching` row that is never sent again: once stale, it reads as
-`reconciliation_required`. An approval is consumed in the transaction that writes the journal
-row, under the invocation's row lock, so concurrent resumes dispatch an approved call once.
+(3) leaves a `dispatching` row that is never sent again: it reads as `reconciliation_required`
+once its dispatcher is known gone (see `Dispatcher`) or the row is stale. An approval is consumed
+in the transaction that writes the journal row, under the invocation's row lock, so concurrent
+resumes dispatch an approved call once.
 """
 from __future__ import annotations
 
@@ -126,8 +127,46 @@ def _provider(db: Session, name: str) -> ToolProvider:
     return db.scalar(select(ToolProvider).where(ToolProvider.name == name))
 
 
+class Dispatcher:
+    """Whether a dispatch is still alive, as PostgreSQL sees it: a session-level advisory lock
+    keyed by the invocation, taken on a connection of its own before the journal row commits and
+    held until the outcome is recorded. A process that dies mid-dispatch loses its connection and
+    with it the lock, so a `dispatching` row whose lock is free is known interrupted at once
+    instead of only after the tool's timeout and a grace period."""
+
+    LOCK = "hashtextextended(:key, 7)"
+
+    def __init__(self, database: Database):
+        self.database = database
+        self.conn = None
+        self.key: str | None = None
+
+    def hold(self, job_id: uuid.UUID) -> None:
+        self.conn = self.database.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        self.key = str(job_id)
+        self.conn.execute(text(f"SELECT pg_advisory_lock({self.LOCK})"), {"key": self.key})
+
+    @classmethod
+    def gone(cls, db: Session, job_id: uuid.UUID) -> bool:
+        """True when no live process holds the lock (taken for the rest of `db`'s transaction)."""
+        return bool(db.scalar(text(f"SELECT pg_try_advisory_xact_lock({cls.LOCK})"), {"key": str(job_id)}))
+
+    def __enter__(self) -> "Dispatcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.conn is None:
+            return
+        try:
+            self.conn.execute(text(f"SELECT pg_advisory_unlock({self.LOCK})"), {"key": self.key})
+        except Exception:  # noqa: BLE001 - a broken connection took the lock with it; never pool it
+            self.conn.invalidate()
+        finally:
+            self.conn.close()
+
+
 def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvider,
-             arguments: dict) -> dict | None:
+             arguments: dict, dispatcher: Dispatcher) -> dict | None:
     """Write the journal row for a dispatch about to happen; None when the provider secret is
     missing (the call is then refused before anything is sent)."""
     secret = os.environ.get(provider.secret_env)
@@ -140,6 +179,8 @@ def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvi
     # The path template, not the filled path: the hub keeps key names, never argument values.
     db.add(JournalEntry(job_id=inv.id, state="dispatching", idempotency_key=key, method=call.method,
                         path=visible.tool.path, body_sha256=sha256_bytes(call.body)))
+    # Before this transaction commits: nobody may see the row without its lock holder.
+    dispatcher.hold(inv.id)
     inv.status, inv.updated_at = "in_progress", utc_now()
     return {"call": call, "secret": secret, "key": key, "scope": visible.tool.scope,
             "timeout_ms": visible.tool.timeout_ms, "job_id": str(inv.id),
@@ -198,6 +239,11 @@ def _screen(visible: Visible, route, arguments: dict) -> tuple[str | None, dict 
 
 
 def invoke(database: Database, bearer: str | None, body: dict) -> dict:
+    with Dispatcher(database) as dispatcher:
+        return _invoke(database, dispatcher, bearer, body)
+
+
+def _invoke(database: Database, dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
     with database.session() as db:
         session = _session(db, bearer)
         validate_request(body)
@@ -252,7 +298,7 @@ def invoke(database: Database, bearer: str | None, body: dict) -> dict:
                 principal=session.principal, on_behalf_of=session.on_behalf_of, status="pending")
             db.add(approval)
         else:
-            plan = _reserve(db, inv, visible, _provider(db, visible.tool.provider), arguments)
+            plan = _reserve(db, inv, visible, _provider(db, visible.tool.provider), arguments, dispatcher)
         db.flush()
         result, inv_id = view(inv, approval), inv.id
     return _dispatch_planned(database, inv_id, plan, result)
@@ -261,6 +307,8 @@ def invoke(database: Database, bearer: str | None, body: dict) -> dict:
 # ------------------------------------------------------------------ resume and receipt
 
 def _own_invocation(db: Session, session: AgentSession, invocation_id: str, lock: bool) -> Invocation:
+    if "\x00" in invocation_id:  # never stored (PostgreSQL text holds no NUL), so never found
+        raise ApiError(404, "invocation_not_found", "No such invocation for this session.")
     query = select(Invocation).where(Invocation.session_id == session.id,
                                      Invocation.invocation_id == invocation_id)
     inv = db.scalar(query.with_for_update() if lock else query)
@@ -278,13 +326,21 @@ def _revalidate(db: Session, session: AgentSession, inv: Invocation) -> Visible:
     return visible
 
 
-def _stale(db: Session, inv: Invocation, timeout_ms: int) -> bool:
+def _interrupted(db: Session, inv: Invocation, timeout_ms: int) -> bool:
+    """A `dispatching` row with no outcome to come: its dispatcher is gone, or it is stale."""
     journal = db.get(JournalEntry, inv.id)
-    return journal is not None and journal.state == "dispatching" and \
-        journal.started_at + timedelta(milliseconds=timeout_ms) + STALE_GRACE < utc_now()
+    if journal is None or journal.state != "dispatching":
+        return False
+    return journal.started_at + timedelta(milliseconds=timeout_ms) + STALE_GRACE < utc_now() \
+        or Dispatcher.gone(db, inv.id)
 
 
 def resume(database: Database, bearer: str | None, invocation_id: str) -> dict:
+    with Dispatcher(database) as dispatcher:
+        return _resume(database, dispatcher, bearer, invocation_id)
+
+
+def _resume(database: Database, dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> dict:
     with database.session() as db:
         session = _session(db, bearer)
         inv = _own_invocation(db, session, invocation_id, lock=True)
@@ -301,8 +357,8 @@ def resume(database: Database, bearer: str | None, invocation_id: str) -> dict:
                                    "The approved snapshot no longer matches; nothing was sent.")
                 approval.consumed_at = utc_now()
                 plan = _reserve(db, inv, visible, _provider(db, inv.provider),
-                                json.loads(approval.snapshot))
-        elif inv.status == "in_progress" and _stale(db, inv, visible.tool.timeout_ms):
+                                json.loads(approval.snapshot), dispatcher)
+        elif inv.status == "in_progress" and _interrupted(db, inv, visible.tool.timeout_ms):
             journal = db.get(JournalEntry, inv.id, with_for_update=True)
             journal.state, journal.failure, journal.finished_at = "uncertain", "no_outcome_recorded", utc_now()
             inv.status, inv.reason = "reconciliation_required", "no_outcome_recorded"

@@ -1,0 +1,94 @@
+"""The hub served by gunicorn with several worker processes on a loopback port, as in
+production: for the load and crash tests and the benchmarks in bench/."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class GunicornHub:
+    """`with GunicornHub(db_url, workers=3) as hub:` starts gunicorn on 127.0.0.1 and waits until
+    every worker answers. `env` adds variables (for instance a provider's signing secret)."""
+
+    def __init__(self, db_url: str, *, workers: int = 3, data_dir: Path | None = None,
+                 env: dict[str, str] | None = None, timeout: int = 60):
+        self.db_url = db_url
+        self.workers = workers
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = data_dir
+        self.extra_env = env or {}
+        self.timeout = timeout
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "GunicornHub":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BAILING_")}
+        env.update(self.extra_env)
+        env["BAILING_DATABASE_URL"] = self.db_url
+        env["BAILING_SECRET_KEY"] = "gunicorn-hub-test-secret"
+        if self.data_dir:
+            env["BAILING_DATA_DIR"] = str(self.data_dir)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "--workers", str(self.workers),
+             "--bind", f"127.0.0.1:{self.port}", "--timeout", str(self.timeout),
+             "--graceful-timeout", "5", "--log-level", "warning", "admin_app:create_app()"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gunicorn exited: {self.process.stderr.read()}")
+            try:
+                if requests.get(self.url + "/health/live", timeout=2).status_code == 200 \
+                        and len(self.worker_pids()) == self.workers:
+                    return
+            except requests.RequestException:  # not listening yet, or still importing
+                pass
+            time.sleep(0.1)
+        self.__exit__(None, None, None)
+        raise RuntimeError("gunicorn did not become ready within 60 s")
+
+    def worker_pids(self) -> list[int]:
+        """The master's live child processes (the workers)."""
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        try:
+            return [int(pid) for pid in children.read_text().split()]
+        except FileNotFoundError:
+            return []
+
+    def wait_for_workers(self, count: int | None = None, timeout: float = 30) -> list[int]:
+        """Wait until the master has `count` (default: all) workers again, e.g. after a kill."""
+        wanted = self.workers if count is None else count
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pids = self.worker_pids()
+            if len(pids) == wanted:
+                return pids
+            time.sleep(0.05)
+        raise RuntimeError(f"gunicorn has {len(self.worker_pids())} workers, wanted {wanted}")
+
+    def __exit__(self, *exc) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
