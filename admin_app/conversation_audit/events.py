@@ -101,13 +101,19 @@ def _stored(db: Session, archive_id: Any, first: int, last: int) -> dict[int, tu
 
 
 # Which of a batch's event ids the archive already holds, and which of its turns an earlier
-# batch started; sent with the archive lock (archives.locked_archive_for_member).
+# batch started; sent with the archive lock (archives.locked_archive_for_member). One index lookup
+# per value (LATERAL), so a plan made from stale statistics cannot scan a whole archive instead.
 _EARLIER_USE = """
-    SELECT 'event' AS what, event_id AS value FROM bz_agent_conversation_events
-     WHERE archive_id = %(id)s AND event_id = ANY(%(ids)s::text[])
+    SELECT 'event' AS what, wanted.id AS value
+      FROM unnest(%(ids)s::text[]) AS wanted(id),
+           LATERAL (SELECT 1 FROM bz_agent_conversation_events e
+                     WHERE e.archive_id = %(id)s AND e.event_id = wanted.id LIMIT 1) AS hit
     UNION ALL
-    SELECT 'turn', client_turn_id FROM bz_agent_conversation_events
-     WHERE archive_id = %(id)s AND kind = 'turn_start' AND client_turn_id = ANY(%(turns)s::text[])"""
+    SELECT 'turn', wanted.id
+      FROM unnest(%(turns)s::text[]) AS wanted(id),
+           LATERAL (SELECT 1 FROM bz_agent_conversation_events e
+                     WHERE e.archive_id = %(id)s AND e.kind = 'turn_start'
+                       AND e.client_turn_id = wanted.id LIMIT 1) AS hit"""
 
 # The whole batch in one statement (columns as arrays), then the header's counters.
 _INSERT = """
