@@ -276,11 +276,10 @@ def group_bindings(header: Any, members: list) -> list[Binding]:
                     m.route_key or header.route_key, m.identity_hash) for m in members]
 
 
-def locked_archive_for_member(db: Session, session: AgentSession, archive_ref: str,
+def locked_archive_for_member(db: Session, session: AgentSession, archive_id: uuid.UUID,
                               available: Availability, *also: tuple[str, dict]):
     """The archive (locked) and its members, when this session is one of them; else 404.
     `also`: more statements sent in the same round trip, run after the lock; their rows follow."""
-    archive_id = parse_archive_id(archive_ref)
     headers, members, *more = pipelined(
         db, (_HEADER_SQL + " FOR UPDATE", {"id": archive_id}),
         (_members_sql(available), {"id": archive_id}), *also)
@@ -290,7 +289,7 @@ def locked_archive_for_member(db: Session, session: AgentSession, archive_ref: s
 
 
 def confirm(db: Session, session: AgentSession, archive_ref: str, available: Availability) -> dict:
-    header, members = locked_archive_for_member(db, session, archive_ref, available)
+    header, members = locked_archive_for_member(db, session, parse_archive_id(archive_ref), available)
     lock_and_check(db, group_bindings(header, members))
     mine = next(m for m in members if str(m.session_id) == str(session.id))
     if mine.confirmed_at is None:

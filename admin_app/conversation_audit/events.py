@@ -163,7 +163,7 @@ def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
         events, refusal = [], err
     turn_ids = {e["client_turn_id"] for e in events if e["kind"] in ("turn_start", "run_link")}
     header, members, earlier = locked_archive_for_member(
-        db, session, archive_ref, available,
+        db, session, archive_id, available,
         (_EARLIER_USE, {"id": archive_id, "ids": [e["event_id"] for e in events],
                         "turns": sorted(turn_ids)}))
     if str(header.creator_session_id) != str(session.id):

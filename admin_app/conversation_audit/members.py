@@ -8,7 +8,6 @@ no member is ever dropped or replaced.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 from sqlalchemy.orm import Session
