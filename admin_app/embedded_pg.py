@@ -7,6 +7,7 @@ exit would otherwise pull the database from under the others. `bailing-admin db 
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import warnings
 from pathlib import Path
@@ -35,9 +36,13 @@ def ensure_running(data_dir: Path) -> str:
     ep = _server_module()
     pgdata = pgdata_path(data_dir)
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        server = ep.get_server(pgdata, cleanup_mode=None)
+    # Processes starting together (gunicorn workers, test workers) would otherwise race to
+    # initialise the same data directory; one does it while the others wait, then reuse it.
+    with open(pgdata.parent / "pgdata.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = ep.get_server(pgdata, cleanup_mode=None)
     info = server.get_postmaster_info()
     socket_dir = info.socket_dir
     admin_url = f"postgresql://postgres@/postgres?host={socket_dir}"

@@ -43,3 +43,30 @@ def test_db_stop_with_an_external_database_is_refused(empty_db):
     result = run_cli_process(["db", "stop"], empty_db)
     assert result.returncode == 1
     assert '"error": "invalid_request"' in result.stderr
+
+
+def test_processes_starting_together_on_a_new_data_folder_share_one_server(tmp_path):
+    """As gunicorn workers or test workers do on a first start: one initialises the folder while
+    the others wait, and all of them end up on the same server."""
+    import subprocess
+    import sys
+
+    import time
+
+    data_dir = tmp_path / "var"
+    # Every process imports first, then all start at the same moment.
+    code = ("import sys, time; from pathlib import Path; from admin_app import embedded_pg; "
+            "embedded_pg._server_module(); time.sleep(max(0, float(sys.argv[2]) - time.time())); "
+            "print(embedded_pg.ensure_running(Path(sys.argv[1])))")
+    start_at = str(time.time() + 3)
+    try:
+        starters = [subprocess.Popen([sys.executable, "-c", code, str(data_dir), start_at],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    for _ in range(4)]
+        results = [(p.wait(timeout=180), p.stdout.read(), p.stderr.read()) for p in starters]
+        for code_, _out, err in results:
+            assert code_ == 0, err
+        assert len({out.strip() for _code, out, _err in results}) == 1
+        assert (data_dir / "pgdata" / "postmaster.pid").exists()
+    finally:
+        run_cli_process(["db", "stop"], None, data_dir=data_dir)
