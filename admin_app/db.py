@@ -3,12 +3,17 @@ each get their own connection pool instead of sharing sockets inherited from the
 from __future__ import annotations
 
 import os
+import select
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from psycopg.pq import ExecStatus
+from psycopg.rows import namedtuple_row
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.orm import DeclarativeBase, Session, make_transient_to_detached, sessionmaker
 
 from .config import Settings
 
@@ -56,11 +61,12 @@ class Database:
                 sqlalchemy_url(self.url()),
                 pool_size=self.settings.db_pool_size,
                 max_overflow=self.settings.db_max_overflow,
-                pool_pre_ping=True,
                 pool_recycle=1800,
                 connect_args={"connect_timeout": 5, "application_name": "bailing-hub"},
             )
             event.listen(engine, "connect", _on_connect)
+            event.listen(engine, "checkin", _on_checkin)
+            event.listen(engine, "checkout", _on_checkout)
             self._engine = engine
             self._pid = os.getpid()
             self._sessions = sessionmaker(engine, expire_on_commit=False)
@@ -79,12 +85,12 @@ class Database:
                 yield session
             except BaseException as exc:
                 if getattr(exc, "commit_anyway", False):
-                    session.commit()
+                    session.commit()  # without the writes queued for the commit: work failed
                 else:
                     session.rollback()
                 raise
             else:
-                session.commit()
+                _commit(session)
 
     def dispose(self) -> None:
         if self._engine is not None and self._pid == os.getpid():
@@ -93,27 +99,101 @@ class Database:
         self._sessions = None
 
 
+_AT_COMMIT = "bailing.at_commit"
+
+
+def at_commit(db: Session, *statements: tuple[str, dict]) -> None:
+    """A request's last writes (psycopg statements whose rows nobody reads), sent in the round
+    trip of its COMMIT: they are committed with the rest or, when one fails, nothing is. They are
+    prepared, as in `pipelined`, and the same rule holds for them."""
+    db.info.setdefault(_AT_COMMIT, []).extend(statements)
+
+
+def _commit(session: Session) -> None:
+    statements = session.info.pop(_AT_COMMIT, None)
+    if not statements:
+        session.commit()
+        return
+    session.flush()  # ORM writes first, outside the pipeline (they read their row counts)
+    conn = session.connection().connection.driver_connection
+    try:
+        with conn.pipeline():
+            for sql, params in statements:
+                conn.cursor().execute(sql, params, prepare=True)
+            session.commit()
+    except BaseException:
+        # The session counts its commit as done, so the pool would not roll back: do it here,
+        # or the connection would go back to the pool inside the failed transaction.
+        conn.rollback()
+        raise
+
+
 def _on_connect(dbapi_conn, _record) -> None:
     # Timestamps leave the database in UTC whatever the server's own zone is.
     with dbapi_conn.cursor() as cur:
         cur.execute("SET TIME ZONE 'UTC'")
-        # Statements are prepared after a few runs; a generic plan chosen while an archive was
-        # small would then stay for its 20,000th event. Planning per call costs far less.
-        cur.execute("SET plan_cache_mode = force_custom_plan")
     dbapi_conn.commit()
+    # Queries are planned for the values they are run with: psycopg would otherwise prepare a
+    # statement after five runs, and PostgreSQL could then keep a generic plan chosen while an
+    # archive was small for its 20,000th event. Only the hot statements of `pipelined` and
+    # `at_commit` are prepared (they ask for it; None here would refuse even that).
+    dbapi_conn.prepare_threshold = 2**31 - 1
+
+
+# A pooled connection is pinged (a round trip) before use only when it may have died while idle:
+# something arrived on its socket (a server ending a connection says so first), or it sat unused
+# for a while (a network drop says nothing). A dead one is replaced before the request sees it.
+PING_AFTER_IDLE_SECONDS = 30.0
+
+
+def _on_checkin(_dbapi_conn, record) -> None:
+    record.info["idle_since"] = time.monotonic()
+
+
+def _spoke_while_idle(dbapi_conn) -> bool:
+    """Whether anything arrived on an idle connection's socket (poll: any descriptor number)."""
+    poller = select.poll()
+    poller.register(dbapi_conn.pgconn.socket, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _on_checkout(dbapi_conn, record, _proxy) -> None:
+    idle_since = record.info.pop("idle_since", None)
+    if idle_since is None:  # a new connection
+        return
+    try:
+        spoke = _spoke_while_idle(dbapi_conn)
+    except Exception:  # noqa: BLE001 - no socket left: certainly dead
+        raise DisconnectionError("the connection was closed while idle") from None
+    if spoke or time.monotonic() - idle_since > PING_AFTER_IDLE_SECONDS:
+        try:
+            with dbapi_conn.cursor() as cur:
+                cur.execute(";")
+            dbapi_conn.rollback()
+        except Exception:  # noqa: BLE001 - any failure here means: do not use it
+            raise DisconnectionError("the connection did not answer a ping") from None
 
 
 def pipelined(db: Session, *statements: tuple[str, dict]) -> list[list]:
     """Run psycopg statements (`%(name)s` parameters) in the session's transaction, all sent in
     one round trip. Each still runs after the one before it with a snapshot of its own, as if sent
-    one by one; a failing one aborts the rest and raises. Returns each one's rows (namedtuples)."""
-    from psycopg.rows import namedtuple_row
+    one by one; a failing one aborts the rest and raises. Returns each one's rows (namedtuples).
 
+    These are the hot paths, so they are prepared and may run on a generic plan: send only
+    statements whose plan cannot depend on the values (lookups by key, inserts, updates by key)."""
     conn = db.connection().connection.driver_connection
     cursors = []
     with conn.pipeline():
         for sql, params in statements:
             cursor = conn.cursor(row_factory=namedtuple_row)
-            cursor.execute(sql, params)
+            cursor.execute(sql, params, prepare=True)
             cursors.append(cursor)
-    return [cursor.fetchall() if cursor.description else [] for cursor in cursors]
+    return [cursor.fetchall() if cursor.pgresult.status == ExecStatus.TUPLES_OK else []
+            for cursor in cursors]
+
+
+def attach_loaded(db: Session, instance: Base) -> Base:
+    """An ORM object built from a row read with `pipelined`, made part of the session as if the
+    ORM had loaded it (unmodified, in the identity map; the session's copy if it holds one)."""
+    make_transient_to_detached(instance)
+    return db.merge(instance, load=False)

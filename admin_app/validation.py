@@ -39,19 +39,29 @@ def _check_storable(text: str) -> str:
     return text
 
 
+# NUL and lone surrogates reach a parsed string only through \u escapes (raw NUL is not valid
+# JSON, and decoded UTF-8 holds no surrogates): text with no such escape needs no string checks.
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89abcdefABCDEF])")
+
+
 def strict_json_loads(raw: str | bytes) -> Any:
     """json.loads that refuses duplicate keys, NaN/Infinity, and strings PostgreSQL cannot store,
     instead of silently picking, converting or failing later."""
+    # Bytes are decoded as json.loads would decode them.
+    text = raw.decode(json.detect_encoding(raw), "surrogatepass") if isinstance(raw, bytes) else raw
+    check_strings = bool(_SUSPECT_ESCAPE.search(text) or _UNSTORABLE.search(text))
 
     def pairs(items):
-        obj = {}
-        for key, value in items:
-            _check_storable(key)
-            if isinstance(value, str):
-                _check_storable(value)
-            if key in obj:
-                raise ValueError(f"duplicate key {key!r}")
-            obj[key] = value
+        obj = dict(items)
+        if len(obj) != len(items):
+            seen = set()
+            duplicate = next(key for key, _ in items if key in seen or seen.add(key))
+            raise ValueError(f"duplicate key {duplicate!r}")
+        if check_strings:
+            for key, value in items:
+                _check_storable(key)
+                if isinstance(value, str):
+                    _check_storable(value)
         return obj
 
     def constant(name):
@@ -64,8 +74,10 @@ def strict_json_loads(raw: str | bytes) -> Any:
             raise ValueError(f"{literal} is out of range")
         return number
 
-    value = json.loads(raw, object_pairs_hook=pairs, parse_constant=constant, parse_float=finite)
-    _check_list_strings_and_depth(value)
+    value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_float=finite)
+    # Nesting cannot be deeper than the count of brackets that open it.
+    if check_strings or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        _check_list_strings_and_depth(value)
     return value
 
 

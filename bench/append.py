@@ -7,22 +7,25 @@ multi-row INSERT and the archive header's counters), over one connection: none o
 HTTP, bearer check, validation, locking or replay checks. Digests are computed before timing.
 Batches of the two writers alternate, so both see the table at the same size.
 
+The whole comparison runs in several rounds, each into a new pair of archives; every round's
+figures are printed, and the target is judged on the median round, since a shared machine's
+speed drifts by more than the margin being measured.
+
 Target: the HTTP rate is at least half the baseline's (ratio baseline/HTTP under 2).
 
-    python bench/append.py [--events 20000] [--workers 2]
+    python bench/append.py [--events 20000] [--workers 2] [--rounds 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import psycopg
 
-import requests
-
-from common import (EXAMPLES, bearer, bench_hub, create_archive, events, expect, finish, ratio,
-                    target)
+from common import (EXAMPLES, LeanClient, bearer, bench_hub, create_archive, events, finish,
+                    ratio, target)
 
 from admin_app.canonical import sha256_json
 
@@ -84,51 +87,70 @@ def rates(times: list[float], total: int) -> dict:
             "seconds": round(sum(times), 2)}
 
 
+def one_round(db_url: str, hub_url: str, session: dict, total: int) -> tuple[dict, dict]:
+    """One archive filled through HTTP beside one filled by the baseline: (HTTP, baseline)."""
+    base_archive = create_archive(hub_url, session, "customers")
+    http_archive = create_archive(hub_url, session, "customers")
+
+    # Batches alternate between the two writers, so both see the table at the same size.
+    base = Baseline(db_url, base_archive)
+    path = f"/agent-api/v1/conversation-audits/{http_archive}/events"
+    headers = {**bearer(session["access_token"]), "Content-Type": "application/json"}
+    base_times, http_times = [], []
+    http = LeanClient(hub_url)
+    for first in range(1, total + 1, BATCH):
+        rows = base.rows(first)
+        body = json.dumps({"events": events(first, BATCH)}).encode("utf-8")
+        base_times.append(base.append(rows))
+        started = time.perf_counter()
+        status, answer = http.request("POST", path, body, headers)
+        http_times.append(time.perf_counter() - started)
+        if status != 200:
+            raise RuntimeError(f"POST {path} -> {status}: {answer[:1000]!r}")
+    http.close()
+    base.close()
+
+    with psycopg.connect(db_url) as conn:
+        counts = dict(conn.execute("""SELECT archive_id::text, count(*) FROM bz_agent_conversation_events
+                                      WHERE archive_id = ANY(%s::uuid[]) GROUP BY archive_id""",
+                                   ([http_archive, base_archive],)).fetchall())
+    if counts.get(http_archive) != total or counts.get(base_archive) != total:
+        raise RuntimeError(f"expected {total} events in each archive, found {counts}")
+    return rates(http_times, total), rates(base_times, total)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     total = args.events - args.events % BATCH
 
+    rounds = []
     with bench_hub(args.workers) as (db_url, operator, hub, folder):
         operator("config", "apply", str(EXAMPLES / "hub.json"))
         session = operator.session("crm-demo", "customers")
-        base_archive = create_archive(hub.url, session, "customers")
-        http_archive = create_archive(hub.url, session, "customers")
+        for _ in range(args.rounds):
+            rounds.append(one_round(db_url, hub.url, session, total))
 
-        # Batches alternate between the two writers, so both see the table at the same size.
-        base = Baseline(db_url, base_archive)
-        url = f"{hub.url}/agent-api/v1/conversation-audits/{http_archive}/events"
-        headers = {**bearer(session["access_token"]), "Content-Type": "application/json"}
-        base_times, http_times = [], []
-        with requests.Session() as http:
-            for first in range(1, total + 1, BATCH):
-                rows = base.rows(first)
-                body = json.dumps({"events": events(first, BATCH)}).encode("utf-8")
-                base_times.append(base.append(rows))
-                started = time.perf_counter()
-                response = http.post(url, data=body, headers=headers, timeout=60)
-                http_times.append(time.perf_counter() - started)
-                expect(response)
-        base.close()
-
-        with psycopg.connect(db_url) as conn:
-            counts = dict(conn.execute("""SELECT archive_id::text, count(*) FROM bz_agent_conversation_events
-                                          GROUP BY archive_id""").fetchall())
-        if counts.get(http_archive) != total or counts.get(base_archive) != total:
-            raise RuntimeError(f"expected {total} events in each archive, found {counts}")
-
-    http, base = rates(http_times, total), rates(base_times, total)
-    slowdown = ratio(base["events_per_s"], http["events_per_s"])
-    print(f"append of {total} events in batches of {BATCH} (gunicorn, {args.workers} workers)")
-    for label, figures in (("HTTP    ", http), ("baseline", base)):
-        print(f"  {label}: {figures['events_per_s']:>8} events/s overall, first 1000: "
-              f"{figures['first_1000_events_per_s']}, last 1000: {figures['last_1000_events_per_s']}, "
-              f"batch median {figures['batch_median_ms']} ms, {figures['seconds']} s")
-    print(f"  baseline/HTTP rate ratio: {slowdown}  ({target('ratio < 2', slowdown < 2)})")
-    finish("append", {"events": total, "batch": BATCH, "workers": args.workers, "http": http,
-                      "baseline": base, "baseline_over_http": slowdown, "target_met": slowdown < 2})
+    print(f"append of {total} events in batches of {BATCH} (gunicorn, {args.workers} workers), "
+          f"{args.rounds} rounds, each into a new pair of archives")
+    ratios = []
+    for number, (http, base) in enumerate(rounds, 1):
+        ratios.append(ratio(base["events_per_s"], http["events_per_s"]))
+        print(f"round {number}: baseline/HTTP rate ratio {ratios[-1]}")
+        for label, figures in (("HTTP    ", http), ("baseline", base)):
+            print(f"  {label}: {figures['events_per_s']:>8} events/s overall, first 1000: "
+                  f"{figures['first_1000_events_per_s']}, last 1000: {figures['last_1000_events_per_s']}, "
+                  f"batch median {figures['batch_median_ms']} ms, {figures['seconds']} s")
+    middle = statistics.median(ratios)
+    print(f"baseline/HTTP rate ratio, median of {len(ratios)} rounds: {middle}  "
+          f"({target('ratio < 2', middle < 2)})")
+    finish("append", {"events": total, "batch": BATCH, "workers": args.workers,
+                      "rounds": [{"http": h, "baseline": b, "baseline_over_http": r}
+                                 for (h, b), r in zip(rounds, ratios)],
+                      "baseline_over_http": middle, "target_met": middle < 2})
 
 
 if __name__ == "__main__":

@@ -36,6 +36,13 @@ class SessionCookies(SecureCookieSessionInterface):
     def get_cookie_secure(self, app: Flask) -> bool:
         return bool(app.config.get("SESSION_COOKIE_SECURE")) or request.is_secure
 
+    def open_session(self, app: Flask, request):
+        # No cookie, nothing to verify: an empty session without building the signing
+        # serializer, which is most of the cost of every agent and API request.
+        if app.secret_key and self.get_cookie_name(app) not in request.cookies:
+            return self.session_class()
+        return super().open_session(app, request)
+
 
 def database():
     return current_app.extensions["bailing"].db

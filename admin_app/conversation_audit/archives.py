@@ -19,7 +19,8 @@ from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, ClientApp
 from ..validation import RESERVED_ROUTES, RESOURCE_KEY, Checker, join
 from .availability import Availability
-from .members import Binding, authorization_invalid, live_identity, lock_and_check
+from .members import (Binding, authorization_invalid, check_locked, live_identity, lock_and_check,
+                      locks_for_archive)
 
 SCHEMA = "bailing.agent-conversation-audit.v1"
 CREATE_V2 = "bailing.agent-conversation-audit-create.v2"
@@ -278,19 +279,25 @@ def group_bindings(header: Any, members: list) -> list[Binding]:
 
 def locked_archive_for_member(db: Session, session: AgentSession, archive_id: uuid.UUID,
                               available: Availability, *also: tuple[str, dict]):
-    """The archive (locked) and its members, when this session is one of them; else 404.
-    `also`: more statements sent in the same round trip, run after the lock; their rows follow."""
-    headers, members, *more = pipelined(
+    """(header, members, locked, *more): the archive (locked) and its members, when this session
+    is one of them, else 404. In the same round trip every member's session, client app and route
+    is share-locked; `locked` holds those rows for `check_locked`, which the caller runs once it
+    has made the checks that come first. `also`: more statements sent after the locks; their rows
+    are `more`."""
+    headers, members, *found = pipelined(
         db, (_HEADER_SQL + " FOR UPDATE", {"id": archive_id}),
-        (_members_sql(available), {"id": archive_id}), *also)
+        (_members_sql(available), {"id": archive_id}),
+        *locks_for_archive(archive_id, available.cross_binding), *also)
+    locked, more = found[:3], found[3:]
     if not headers or str(session.id) not in {str(m.session_id) for m in members}:
         raise not_found()
-    return (headers[0], members, *more)
+    return (headers[0], members, locked, *more)
 
 
 def confirm(db: Session, session: AgentSession, archive_ref: str, available: Availability) -> dict:
-    header, members = locked_archive_for_member(db, session, parse_archive_id(archive_ref), available)
-    lock_and_check(db, group_bindings(header, members))
+    header, members, locked = locked_archive_for_member(db, session, parse_archive_id(archive_ref),
+                                                        available)
+    check_locked(group_bindings(header, members), locked)
     mine = next(m for m in members if str(m.session_id) == str(session.id))
     if mine.confirmed_at is None:
         db.execute(text("""

@@ -34,23 +34,42 @@ def authorization_invalid(message: str = "A member's authorization or route is n
 
 
 # Share locks in a fixed order (sessions, client apps, routes; each by key), sent together.
+# `{keys}` is a subquery giving the keys to lock.
 _LOCKS = (
     """SELECT id, client_app_id, principal, on_behalf_of, allowed_routes, revoked_at,
               refresh_expires_at
-         FROM bz_agent_sessions WHERE id = ANY(%(keys)s::uuid[]) ORDER BY id FOR SHARE""",
+         FROM bz_agent_sessions WHERE id IN ({keys}) ORDER BY id FOR SHARE""",
     """SELECT app_id, enabled, allowed_routes
-         FROM bz_client_apps WHERE app_id = ANY(%(keys)s) ORDER BY app_id FOR SHARE""",
+         FROM bz_client_apps WHERE app_id IN ({keys}) ORDER BY app_id FOR SHARE""",
     """SELECT route_key, enabled, audience
-         FROM bz_routes WHERE route_key = ANY(%(keys)s) ORDER BY route_key FOR SHARE""",
+         FROM bz_routes WHERE route_key IN ({keys}) ORDER BY route_key FOR SHARE""",
 )
 
 
-def lock_and_check(db: Session, bindings: list[Binding]) -> dict[str, Any]:
-    """Lock and revalidate every binding; return the live sessions (rows) by id, or raise 403.
-    The rows are read under the locks, so a revocation committed just before is seen."""
-    keys = (sorted({b.session_id for b in bindings}), sorted({b.client_app_id for b in bindings}),
-            sorted({b.route_key for b in bindings}))
-    found = pipelined(db, *((sql, {"keys": k}) for sql, k in zip(_LOCKS, keys)))
+def locks_for_bindings(bindings: list[Binding]) -> list[tuple[str, dict]]:
+    """The share-lock statements for these bindings (an archive being created)."""
+    keys = ((sorted({b.session_id for b in bindings}), "uuid"),
+            (sorted({b.client_app_id for b in bindings}), "text"),
+            (sorted({b.route_key for b in bindings}), "text"))
+    return [(sql.format(keys=f"SELECT unnest(%(keys)s::{kind}[])"), {"keys": k})
+            for sql, (k, kind) in zip(_LOCKS, keys)]
+
+
+def locks_for_archive(archive_id: Any, cross_binding: bool) -> list[tuple[str, dict]]:
+    """The same statements for the members of a stored archive, whose keys come from the
+    database: sent in the round trip that locks the archive row, after that lock."""
+    members = "bz_agent_conversation_members m JOIN bz_agent_conversation_archives a ON a.id = m.archive_id"
+    own = "m.{0}" if cross_binding else "NULL"
+    keys = ("SELECT session_id FROM bz_agent_conversation_members WHERE archive_id = %(id)s",
+            f"SELECT coalesce({own.format('client_app_id')}, a.client_app_id) FROM {members} WHERE a.id = %(id)s",
+            f"SELECT coalesce({own.format('route_key')}, a.route_key) FROM {members} WHERE a.id = %(id)s")
+    return [(sql.format(keys=k), {"id": archive_id}) for sql, k in zip(_LOCKS, keys)]
+
+
+def check_locked(bindings: list[Binding], found: list[list]) -> dict[str, Any]:
+    """Revalidate every binding against the rows its share locks returned (in `_LOCKS` order);
+    return the live sessions (rows) by id, or raise 403. The rows were read under the locks, so a
+    revocation committed just before is seen."""
     sessions = {str(r.id): r for r in found[0]}
     clients = {r.app_id: r for r in found[1]}
     routes = {r.route_key: r for r in found[2]}
@@ -70,6 +89,11 @@ def lock_and_check(db: Session, bindings: list[Binding]) -> dict[str, Any]:
         if b.frozen_identity is not None and b.frozen_identity != live_identity(session):
             raise authorization_invalid()
     return sessions
+
+
+def lock_and_check(db: Session, bindings: list[Binding]) -> dict[str, Any]:
+    """Lock and revalidate every binding; return the live sessions (rows) by id, or raise 403."""
+    return check_locked(bindings, pipelined(db, *locks_for_bindings(bindings)))
 
 
 def live_identity(session: Any) -> str:

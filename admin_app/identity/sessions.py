@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..canonical import iso, sha256_json, utc_now
+from ..db import attach_loaded, pipelined
 from ..errors import ApiError, invalid_request
 from ..validation import Checker, Invalid, join
 from . import tokens
@@ -115,27 +116,34 @@ def issue_session(
     }
 
 
+# The session and whether its client is enabled, in one statement; sent with the transaction's
+# BEGIN, since this runs first in every agent request.
+_BY_ACCESS_HASH = f"""
+    SELECT {", ".join("s." + c.name for c in AgentSession.__table__.columns)},
+           c.enabled AS client_enabled
+      FROM bz_agent_sessions s LEFT JOIN bz_client_apps c ON c.app_id = s.client_app_id
+     WHERE s.access_token_hash = %(digest)s"""
+
+
 def authenticate_access(db: Session, bearer: str | None) -> AgentSession | None:
     """The live session behind an access token, or None for any failure, which callers must
     all answer the same way (401) so that a caller learns nothing from the difference."""
     if bearer is None or not tokens.well_formed(bearer, tokens.ACCESS):
         return None
     digest = tokens.hash_token(bearer)
-    # The session and its client in one round trip: this runs before every agent request.
-    found = db.execute(select(AgentSession, ClientApp.enabled)
-                       .outerjoin(ClientApp, ClientApp.app_id == AgentSession.client_app_id)
-                       .where(AgentSession.access_token_hash == digest)).first()
-    if found is None:
+    found = pipelined(db, (_BY_ACCESS_HASH, {"digest": digest}))[0]
+    if not found:
         return None
-    row, client_enabled = found
-    if not tokens.same_hash(row.access_token_hash, digest):
+    values = found[0]._asdict()
+    client_enabled = values.pop("client_enabled")
+    if not tokens.same_hash(values["access_token_hash"], digest):
         return None
     now = utc_now()
-    if row.revoked_at is not None or row.access_expires_at <= now or row.refresh_expires_at <= now:
+    if values["revoked_at"] is not None or values["access_expires_at"] <= now or values["refresh_expires_at"] <= now:
         return None
     if not client_enabled:  # None: the client app is gone
         return None
-    return row
+    return attach_loaded(db, AgentSession(**values))
 
 
 def revoke_session(db: Session, session_id: str) -> dict:
