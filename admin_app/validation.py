@@ -26,7 +26,9 @@ class Invalid(Exception):
 
 def utf16_len(text: str) -> int:
     """Length as JavaScript counts it (UTF-16 code units), which is what clients measure."""
-    return len(text.encode("utf-16-le")) // 2
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 _UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
@@ -39,9 +41,21 @@ def _check_storable(text: str) -> str:
     return text
 
 
-# NUL and lone surrogates reach a parsed string only through \u escapes (raw NUL is not valid
-# JSON, and decoded UTF-8 holds no surrogates): text with no such escape needs no string checks.
+# A parsed string can hold NUL or a lone surrogate only if the text holds one raw, or a \u escape
+# that makes one: text with neither needs no string checks.
 _SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89abcdefABCDEF])")
+
+
+def _may_hold_unstorable(text: str) -> bool:
+    if _SUSPECT_ESCAPE.search(text) or "\x00" in text:
+        return True
+    if text.isascii():
+        return False
+    try:  # UTF-8 cannot encode a surrogate; much faster than searching for one
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def strict_json_loads(raw: str | bytes) -> Any:
@@ -49,7 +63,7 @@ def strict_json_loads(raw: str | bytes) -> Any:
     instead of silently picking, converting or failing later."""
     # Bytes are decoded as json.loads would decode them.
     text = raw.decode(json.detect_encoding(raw), "surrogatepass") if isinstance(raw, bytes) else raw
-    check_strings = bool(_SUSPECT_ESCAPE.search(text) or _UNSTORABLE.search(text))
+    check_strings = _may_hold_unstorable(text)
 
     def pairs(items):
         obj = dict(items)

@@ -29,6 +29,9 @@ REFUSED = {
     "too deep": "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1),
     "too deep in objects": '{"a":' * (MAX_JSON_DEPTH + 1) + "1" + "}" * (MAX_JSON_DEPTH + 1),
     "raw surrogate in bytes (as json.loads would decode them)": b'{"a": "\xed\xa0\x80"}',
+    "raw lone surrogate in text (as from a command-line argument)": '{"a": "Gr\u00fc\ud800e"}',
+    "raw lone surrogate in an ASCII-looking key": '{"k\udfff": 1}',
+    "raw NUL in text": '{"a": "x\x00y"}',
 }
 
 
@@ -43,6 +46,7 @@ ACCEPTED = {
     "a surrogate pair (one real character)": r'{"a": "x\ud83d\ude00y"}',
     "an escaped backslash before u0000 (text, not NUL)": r'{"a": "\\u0000"}',
     "other escapes": r'{"a": "tab\tnewline\n\u00e9\u20ac"}',
+    "non-ASCII text without escapes": '{"a": "Gr\u00fc\u00dfe \U0001F600", "\u00e9": ["\u20ac"]}',
     "as deep as allowed": "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH,
     "many shallow objects": json.dumps({"events": [{"n": i, "s": "x"} for i in range(500)]}),
     "brackets inside strings": json.dumps({"a": "[" * 500, "b": "{" * 500}),
