@@ -166,8 +166,10 @@ def test_killed_workers_never_leave_a_partial_event_batch(db_url, issue_session,
             killed: set[int] = set()
             deadline = time.monotonic() + KILLING_S
             try:
-                while len(killed) < KILLS and time.monotonic() < deadline:
-                    time.sleep(rng.uniform(0.02, 0.25))
+                # Until enough kills, or the deadline, or the writers are done (with nothing
+                # left to cut, waiting on would only outlast the test's patience).
+                while len(killed) < KILLS and time.monotonic() < deadline and not done.is_set():
+                    time.sleep(rng.uniform(0.01, 0.08))
                     # A worker holding an accepted connection is mid-request right now.
                     busy = [pid for pid in workers_holding(hub, established(local_port=hub.port))
                              if pid not in killed]  # a killed worker lingers until gunicorn reaps it
