@@ -176,7 +176,8 @@ def _on_checkout(dbapi_conn, record, _proxy) -> None:
 
 def pipelined(db: Session, *statements: tuple[str, dict]) -> list[list]:
     """Run psycopg statements (`%(name)s` parameters) in the session's transaction, all sent in
-    one round trip. Each still runs after the one before it with a snapshot of its own, as if sent
+    one round trip (when the transaction has yet to begin, psycopg sends its BEGIN in one of its
+    own first). Each still runs after the one before it with a snapshot of its own, as if sent
     one by one; a failing one aborts the rest and raises. Returns each one's rows (namedtuples).
 
     These are the hot paths, so they are prepared and may run on a generic plan: send only

@@ -116,8 +116,8 @@ def issue_session(
     }
 
 
-# The session and whether its client is enabled, in one statement; sent with the transaction's
-# BEGIN, since this runs first in every agent request.
+# The session and whether its client is enabled, in one prepared statement: this runs before
+# every agent request.
 _BY_ACCESS_HASH = f"""
     SELECT {", ".join("s." + c.name for c in AgentSession.__table__.columns)},
            c.enabled AS client_enabled
