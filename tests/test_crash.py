@@ -31,7 +31,8 @@ AUDITS = "/agent-api/v1/conversation-audits"
 INVOCATIONS = "/agent-api/v1/tool-invocations"
 ACK = "bailing.agent-conversation-audit-ack.v1"
 
-ARCHIVES = 4           # one writer each, on 3 workers: every worker is nearly always mid-request
+WRITERS = 4            # on 3 workers: every worker is nearly always mid-request
+ARCHIVES_PER_WRITER = 3  # filled one after the other, so that the writers outlast the killer
 MAX_BATCHES = 60       # per archive, within its 16 MiB of text (60 x 241 KB)
 MESSAGES = 48          # per batch, between turn_start and turn_end: 50 events, the most a batch holds
 CONTENT_CHARS = 5000   # 48 x 5 KB: near the 256 KiB batch limit, so a request takes a while
@@ -117,29 +118,37 @@ def stored_count(db_url: str, cid: str, event_ids: list[str]) -> int:
 
 
 def test_killed_workers_never_leave_a_partial_event_batch(db_url, issue_session, sql):
-    sessions = [issue_session() for _ in range(ARCHIVES)]
+    sessions = [issue_session() for _ in range(WRITERS)]
+    archives = WRITERS * ARCHIVES_PER_WRITER  # writer n fills n * ARCHIVES_PER_WRITER + 0, 1, ...
     cut_absent: list[str] = []   # turns whose cut request had stored nothing
     cut_stored: list[str] = []   # turns whose cut request had committed before the kill
     acked: dict[str, tuple[str, int, int]] = {}  # turn -> (archive, first, last sequence) acknowledged
-    written = [0] * ARCHIVES     # batches acknowledged per archive
+    written = [0] * archives     # batches acknowledged per archive
     done = threading.Event()
 
     with GunicornHub(db_url, workers=3) as hub:
         cids = []
-        for n, who in enumerate(sessions):
+        for a in range(archives):
+            who = sessions[a // ARCHIVES_PER_WRITER]
             response = requests.post(hub.url + AUDITS, headers=auth(who["access_token"]), timeout=30, json={
-                "client_archive_id": str(uuid.uuid4()), "client_conversation_id": f"crash-{n}",
+                "client_archive_id": str(uuid.uuid4()), "client_conversation_id": f"crash-{a}",
                 "route": "customers", "member_session_ids": [who["session_id"]]})
             assert response.status_code == 201, response.text
             assert response.json()["conversation"]["state"] == "ready"
             cids.append(response.json()["conversation"]["conversation_id"])
 
         def writer(n: int) -> None:
-            cid, token, seq = cids[n], sessions[n]["access_token"], 1
+            for a in range(n * ARCHIVES_PER_WRITER, (n + 1) * ARCHIVES_PER_WRITER):
+                if not fill(a, sessions[n]["access_token"]):
+                    return
+
+        def fill(a: int, token: str) -> bool:
+            """Batches into archive `a` until it is full (True) or the killer is done (False)."""
+            cid, seq = cids[a], 1
             for number in range(MAX_BATCHES):
                 if done.is_set():
-                    return
-                events = batch(n, number, seq)
+                    return False
+                events = batch(a, number, seq)
                 ids, turn = [e["event_id"] for e in events], events[0]["client_turn_id"]
                 for _ in range(ATTEMPTS):
                     try:
@@ -158,8 +167,9 @@ def test_killed_workers_never_leave_a_partial_event_batch(db_url, issue_session,
                 last = seq + len(events) - 1
                 assert response.json() == {"schema": ACK, "conversation_id": cid, "last_sequence": last}
                 acked[turn] = (cid, seq, last)
-                written[n] += 1
+                written[a] += 1
                 seq = last + 1
+            return True
 
         def killer() -> int:
             rng = random.Random()
@@ -183,7 +193,7 @@ def test_killed_workers_never_leave_a_partial_event_batch(db_url, issue_session,
 
         started = time.monotonic()
         kill_job = Job(killer)
-        writers = [Job(writer, n) for n in range(ARCHIVES)]
+        writers = [Job(writer, n) for n in range(WRITERS)]
         try:
             for job in writers:
                 job.result(timeout=KILLING_S + 60)
@@ -197,28 +207,28 @@ def test_killed_workers_never_leave_a_partial_event_batch(db_url, issue_session,
           f"{len(cut_stored)} after), {sum(written)} batches in {elapsed:.1f} s")
     # The kills really landed mid-request, or this test would prove nothing.
     assert cuts >= 3, (kills, cuts)
-    assert len(acked) == sum(written) and all(written)
+    assert len(acked) == sum(written) and all(written[n * ARCHIVES_PER_WRITER] for n in range(WRITERS))
 
     per_batch = MESSAGES + 2
-    for n, cid in enumerate(cids):
+    for a, cid in enumerate(cids):
         rows = sql("SELECT sequence, event_id, client_turn_id, kind FROM bz_agent_conversation_events "
                    "WHERE archive_id = %s ORDER BY sequence", (cid,))
-        assert [r[0] for r in rows] == list(range(1, written[n] * per_batch + 1))
+        assert [r[0] for r in rows] == list(range(1, written[a] * per_batch + 1))
         assert len({r[1] for r in rows}) == len(rows)
         # Each batch whole, contiguous and in order, where its acknowledgement placed it.
-        for number in range(written[n]):
-            turn = f"a{n}-turn-{number}"
+        for number in range(written[a]):
+            turn = f"a{a}-turn-{number}"
             ack_cid, first, last = acked[turn]
             assert ack_cid == cid and (first, last) == (number * per_batch + 1, (number + 1) * per_batch)
             expected = [(first + i, e["event_id"], turn, e["kind"])
-                        for i, e in enumerate(batch(n, number, first))]
+                        for i, e in enumerate(batch(a, number, first))]
             assert [tuple(r) for r in rows[first - 1:last]] == expected
         header = sql("SELECT last_sequence, turn_count, message_count, running_turn_id, last_turn_status, "
                      "text_bytes FROM bz_agent_conversation_archives WHERE id = %s", (cid,))
         text_bytes = sql("SELECT coalesce(sum(octet_length(content)), 0) FROM bz_agent_conversation_events "
                          "WHERE archive_id = %s", (cid,))[0][0]
-        assert header == [(written[n] * per_batch, written[n], written[n] * MESSAGES, None, "completed",
-                           text_bytes)]
+        assert header == [(written[a] * per_batch, written[a], written[a] * MESSAGES, None,
+                           "completed" if written[a] else None, text_bytes)]
     assert sql("SELECT count(*) FROM bz_agent_conversation_events")[0][0] == sum(written) * per_batch
 
 
