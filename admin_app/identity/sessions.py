@@ -134,15 +134,16 @@ def authenticate_access(db: Session, bearer: str | None) -> AgentSession | None:
     found = pipelined(db, (_BY_ACCESS_HASH, {"digest": digest}))[0]
     if not found:
         return None
-    values = found[0]._asdict()
-    client_enabled = values.pop("client_enabled")
-    if not tokens.same_hash(values["access_token_hash"], digest):
+    row = found[0]
+    if not tokens.same_hash(row.access_token_hash, digest):
         return None
     now = utc_now()
-    if values["revoked_at"] is not None or values["access_expires_at"] <= now or values["refresh_expires_at"] <= now:
+    if row.revoked_at is not None or row.access_expires_at <= now or row.refresh_expires_at <= now:
         return None
-    if not client_enabled:  # None: the client app is gone
+    if not row.client_enabled:  # None: the client app is gone
         return None
+    values = row._asdict()
+    del values["client_enabled"]
     return attach_loaded(db, AgentSession(**values))
 
 
