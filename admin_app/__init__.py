@@ -72,6 +72,8 @@ def create_app(test_config: dict | None = None) -> Flask:
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         if is_api_path(request.path):
             response.headers["Cache-Control"] = "no-store"
+            if response.mimetype == "application/json" and "charset" not in response.mimetype_params:
+                response.headers["Content-Type"] = "application/json; charset=utf-8"
         else:
             response.headers.setdefault(
                 "Content-Security-Policy",

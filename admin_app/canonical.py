@@ -23,7 +23,8 @@ def utc_now() -> datetime:
 
 
 def iso(moment: datetime | None) -> str | None:
-    """RFC 3339 in UTC with a Z, the one way the hub writes times on the wire."""
+    """RFC 3339 in UTC with milliseconds and a Z (`2026-01-01T00:00:00.000Z`, as upstream Core
+    writes them), the one way the hub writes times on the wire."""
     if moment is None:
         return None
-    return moment.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

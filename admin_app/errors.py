@@ -12,7 +12,8 @@ from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
 
-API_PREFIXES = ("/agent-api", "/agent-auth", "/admin/api")
+AGENT_API_PREFIX = "/agent-api"
+API_PREFIXES = (AGENT_API_PREFIX, "/agent-auth", "/admin/api")
 # Areas whose spec names their own code for an internal failure.
 INTERNAL_ERROR_CODES = (
     ("/agent-api/v1/conversation-audits", "conversation_audit_internal_error"),
@@ -81,6 +82,12 @@ def register_error_handlers(app: Flask) -> None:
     def _http_error(err: HTTPException):
         if not is_api_path(request.path):
             return err
+        if err.code == 404 and request.path.startswith(AGENT_API_PREFIX + "/"):
+            # As upstream Core: the bearer is checked before a path is known not to exist.
+            from .api.auth import agent_bearer_is_valid
+
+            if not agent_bearer_is_valid():
+                return error_response(unauthorized())
         code = _HTTP_CODES.get(err.code or 500, "http_error")
         api_err = ApiError(err.code or 500, code, err.name)
         if err.code == 405 and err.valid_methods:

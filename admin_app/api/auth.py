@@ -31,6 +31,16 @@ def agent_session_required(view):
     return wrapper
 
 
+def agent_bearer_is_valid() -> bool:
+    """Whether the request carries a live Agent access bearer (checked in a read-only
+    transaction of its own: nothing is written)."""
+    bearer = bearer_from_header(request.headers.get("Authorization"))
+    if bearer is None:
+        return False
+    with database().session() as db:
+        return authenticate_access(db, bearer) is not None
+
+
 def admin_permission_required(permission: str | None):
     """A personal admin token whose role holds `permission` (None: any signed-in admin)."""
 

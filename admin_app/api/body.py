@@ -4,6 +4,9 @@ The limit is enforced while reading: a declared Content-Length over the limit is
 byte is read, and a chunked body is refused as soon as it passes the limit, so an oversized
 request never sits whole in memory. The JSON itself is parsed strictly (no duplicate keys, no
 NaN), and must be an object.
+
+As upstream Core does (and the official SDK relies on it), the Content-Type header is not
+checked and an empty body reads as `{}`: the SDK sends actions such as resume with no body at all.
 """
 from __future__ import annotations
 
@@ -43,13 +46,10 @@ def read_raw(max_bytes: int, too_large: TooLarge = default_too_large) -> bytes:
 
 
 def read_json_object(max_bytes: int, too_large: TooLarge = default_too_large) -> dict:
-    mimetype = request.mimetype
-    if mimetype != "application/json":
-        raise ApiError(415, "unsupported_media_type", "Send the body as application/json.")
-    charset = request.mimetype_params.get("charset", "utf-8").lower()
-    if charset not in ("utf-8", "utf8"):
-        raise ApiError(415, "unsupported_media_type", "JSON bodies must be UTF-8.")
+    """The body as a JSON object (UTF-8, whatever the Content-Type says); an empty body is `{}`."""
     raw = read_raw(max_bytes, too_large)
+    if not raw:
+        return {}
     try:
         value = strict_json_loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -60,7 +60,8 @@ def read_json_object(max_bytes: int, too_large: TooLarge = default_too_large) ->
 
 
 def read_empty_object(action: str, max_bytes: int, too_large: TooLarge = default_too_large) -> None:
-    """Bodies of actions that take `{}` (confirm, deny, resume, revoke): anything else is refused."""
+    """Bodies of actions that take `{}` or nothing (confirm, deny, resume, revoke): anything else
+    is refused."""
     body = read_json_object(max_bytes, too_large)
     if body:
         raise invalid_request(Checker.single(next(iter(body)), f"{action} takes an empty object"))
