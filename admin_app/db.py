@@ -8,11 +8,12 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+import psycopg
 from psycopg.pq import ExecStatus
 from psycopg.rows import namedtuple_row
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, make_transient_to_detached, sessionmaker
 
 from .config import Settings
@@ -117,10 +118,17 @@ def _commit(session: Session) -> None:
     session.flush()  # ORM writes first, outside the pipeline (they read their row counts)
     conn = session.connection().connection.driver_connection
     try:
-        with conn.pipeline():
-            for sql, params in statements:
-                conn.cursor().execute(sql, params, prepare=True)
-            session.commit()
+        try:
+            with conn.pipeline():
+                for sql, params in statements:
+                    conn.cursor().execute(sql, params, prepare=True)
+                conn.commit()  # COMMIT in the statements' round trip, synced in the pipeline
+        except psycopg.Error as exc:  # as SQLAlchemy would raise it (IntegrityError, ...)
+            raise DBAPIError.instance(None, None, exc, psycopg.Error,
+                                      hide_parameters=True) from exc
+        # Only now may the session hand the connection back to the pool: a commit inside the
+        # pipeline would return it while the pipeline is still open, for another thread to take.
+        session.commit()  # the transaction is already over: psycopg sends nothing more
     except BaseException:
         # The session counts its commit as done, so the pool would not roll back: do it here,
         # or the connection would go back to the pool inside the failed transaction.

@@ -82,6 +82,53 @@ def test_orm_changes_are_flushed_before_the_writes_sent_with_the_commit(database
     assert rows(sql) == [(1, "Flush first")]
 
 
+def test_a_connection_goes_back_to_the_pool_only_after_its_pipeline_has_ended(database, sql):
+    from sqlalchemy import event
+
+    returned_mid_pipeline = []
+
+    def on_checkin(dbapi_conn, _record):
+        returned_mid_pipeline.append(dbapi_conn._pipeline is not None)
+
+    event.listen(database.engine, "checkin", on_checkin)
+    try:
+        with database.session() as db:
+            at_commit(db, (INSERT, {"id": 1, "note": "with the commit"}))
+    finally:
+        event.remove(database.engine, "checkin", on_checkin)
+    assert returned_mid_pipeline == [False]
+    assert rows(sql) == [(1, "with the commit")]
+
+
+def test_threads_sharing_a_small_pool_never_share_a_connection(app, sql):
+    """Sessions that send writes with the COMMIT and plain ones, side by side on a pool smaller
+    than the threads: every one commits, once, and none fails."""
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from admin_app.db import Database
+
+    sql("CREATE TABLE t_writes (id integer PRIMARY KEY, note text NOT NULL)")
+    settings = app.extensions["bailing"].settings
+    database = Database(replace(settings, db_pool_size=2, db_max_overflow=0))
+
+    def work(n: int) -> int:
+        with database.session() as db:
+            if n % 2:
+                at_commit(db, (INSERT, {"id": n, "note": "pipelined"}))
+            else:
+                db.execute(text("INSERT INTO t_writes VALUES (:id, 'plain')"), {"id": n})
+        return n
+
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            done = list(pool.map(work, range(400)))
+    finally:
+        database.dispose()
+    assert done == list(range(400))
+    assert [n for n, _ in rows(sql)] == list(range(400))
+
+
 def backend_pids(sql) -> list[int]:
     return [pid for (pid,) in sql(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
