@@ -63,6 +63,9 @@ class Database:
                 pool_size=self.settings.db_pool_size,
                 max_overflow=self.settings.db_max_overflow,
                 pool_recycle=1800,
+                # A failed statement's message (and so the log) never carries its bound values:
+                # they can be secrets, token hashes or an agent's text.
+                hide_parameters=True,
                 connect_args={"connect_timeout": 5, "application_name": "bailing-hub"},
             )
             event.listen(engine, "connect", _on_connect)

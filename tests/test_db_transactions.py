@@ -48,6 +48,16 @@ def test_a_failing_write_sent_with_the_commit_leaves_nothing(database, sql):
     assert rows(sql) == [(4, "after")]
 
 
+def test_a_failing_statement_never_shows_its_bound_values(database):
+    with pytest.raises(IntegrityError) as raised:
+        with database.session() as db:
+            db.execute(text("INSERT INTO t_writes VALUES (1, 'secret-value-1')"))
+            db.execute(text("INSERT INTO t_writes VALUES (:id, :note)"),
+                       {"id": 1, "note": "secret-value-2"})
+    assert "secret-value-2" not in str(raised.value)
+    assert "hidden due to hide_parameters" in str(raised.value)
+
+
 def test_writes_queued_by_work_that_then_fails_are_never_sent(database, sql):
     with pytest.raises(RuntimeError):
         with database.session() as db:
