@@ -22,7 +22,7 @@ REVOKE = "/agent-auth/v1/revoke"
 ME = "/admin/api/me"
 PRINCIPAL = {"id": "user-42", "tenant": "tenant-7", "roles": ["clerk"]}
 PASSWORD = "correct horse battery staple\n"
-UNKNOWN_ACCESS = "bzat_" + "A" * 43  # well formed, issued to nobody
+UNKNOWN_ACCESS = "bha_" + "A" * 43  # well formed, issued to nobody
 JSON = {"Content-Type": "application/json"}
 
 # Words that only appear in a body when an exception or its traceback leaked into it.
@@ -164,7 +164,7 @@ UNAUTHORIZED = {
     "refresh token as access token": (lambda c: f"Bearer {c.agent['refresh_token']}", None),
     "Client Token as access token": (lambda c: f"Bearer {_client_token(c)}", None),
     "admin token as access token": (lambda c: f"Bearer {_admin_token(c)}", None),
-    "access token with the refresh prefix": (lambda c: "Bearer bzrt_" + _access(c)[5:], None),
+    "access token with the refresh prefix": (lambda c: "Bearer bhr_" + _access(c)[4:], None),
     "one character changed": (lambda c: f"Bearer {_one_char_changed(_access(c))}", None),
     "garbage": (lambda c: "Bearer <script>%00'--;", None),
     "overlong token": (lambda c: "Bearer " + _access(c) * 8, None),
@@ -384,7 +384,8 @@ def test_revoke_with_the_access_bearer_and_an_empty_object(server, agent, issue_
     assert body["revoked_at"]
     assert revoked_at(sql, agent["session_id"]) is not None
     assert_unauthorized(server.get(SESSION, headers=bearer(agent["access_token"])))
-    assert_unauthorized(server.post(REVOKE, json={}, headers=bearer(agent["access_token"])))
+    again = server.post(REVOKE, json={}, headers=bearer(agent["access_token"]))
+    assert again.status_code == 200 and again.json()["already_revoked"] is True, again.text
     assert_session_intact(server, sql, bystander)
 
 
@@ -427,26 +428,27 @@ BAD_GRANTS = {
     "unknown client": lambda c: (
         {"client_app_id": "ghost-app", "refresh_token": c.agent["refresh_token"]}, c.agent),
     "unknown refresh token": lambda c: (
-        {"client_app_id": "crm-demo", "refresh_token": "bzrt_" + "A" * 43}, c.agent),
-    "access token as refresh token": lambda c: (
-        {"client_app_id": "crm-demo", "refresh_token": c.agent["access_token"]}, c.agent),
+        {"client_app_id": "crm-demo", "refresh_token": "bhr_" + "A" * 43}, c.agent),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_GRANTS))
-def test_revoke_with_a_refresh_token_that_is_not_the_clients_is_invalid_grant(
+def test_revoke_with_a_refresh_token_that_is_not_the_clients_revokes_nothing(
         server, agent, other_client, issue_session, sql, case):
+    """The answer is the same whether or not the token matched: nothing to learn from it."""
     body, victim = BAD_GRANTS[case](Ctx(agent=agent, issue_session=issue_session))
 
     response = server.post(REVOKE, json=body)
 
-    assert_envelope(response, 400, "invalid_grant")
+    assert response.status_code == 200, response.text
+    assert response.json() == {"revoked": True}
     assert_session_intact(server, sql, victim)
 
 
 # case id -> (send the access bearer?, body from the session)
 INVALID_FIELDS = {
-    "unknown field beside the bearer": (True, lambda a: {"session_id": a["session_id"]}),
+    "access token as refresh token": (False, lambda a: {
+        "client_app_id": "crm-demo", "refresh_token": a["access_token"]}),
     "unknown field beside the refresh token": (False, lambda a: {
         "client_app_id": "crm-demo", "refresh_token": a["refresh_token"], "scope": "all"}),
     "refresh_token missing": (False, lambda a: {"client_app_id": "crm-demo"}),
@@ -486,7 +488,6 @@ def test_revoke_reads_its_body_as_json_whatever_the_content_type(server, agent, 
 VALID_BY_REFRESH = '"client_app_id": "crm-demo", "refresh_token": "RT"'
 BAD_JSON = {
     "invalid JSON": "{" + VALID_BY_REFRESH,
-    "empty body": "",
     "duplicate keys": '{"a":1,"a":2}',
     "duplicate keys in an otherwise valid body":
         '{"client_app_id": "crm-demo", ' + VALID_BY_REFRESH + "}",

@@ -129,8 +129,8 @@ def test_issue_session_prints_tokens_and_stores_only_hashes(cli, sql, configured
 
     assert set(out) == {"session_id", "access_token", "refresh_token", "access_expires_at",
                         "refresh_expires_at"}
-    assert out["access_token"].startswith("bzat_")
-    assert out["refresh_token"].startswith("bzrt_")
+    assert out["access_token"].startswith("bha_")
+    assert out["refresh_token"].startswith("bhr_")
     row = session_row(sql, out["session_id"])
     assert row["access_token_hash"] == sha256(out["access_token"])
     assert row["refresh_token_hash"] == sha256(out["refresh_token"])

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, g, jsonify, request
 
-from ..errors import invalid_request, unauthorized
-from ..identity import agent_auth
+from ..errors import ApiError, invalid_request, unauthorized
+from ..identity import agent_auth, tokens
 from ..identity.clients import authenticate_client_token
-from ..identity.sessions import authenticate_access, revoke_by_refresh_token, revoke_session, session_view
+from ..identity.rate_limit import WindowLimit
+from ..identity.sessions import revoke_by_access_token, revoke_by_refresh_token, session_view
 from ..identity.tokens import bearer_from_header
 from ..validation import Checker
 from .auth import agent_session_required, database
-from .body import read_empty_object, read_json_object
+from .body import read_empty_object, read_json_object, read_raw
 
 bp = Blueprint("agent_auth", __name__, url_prefix="/agent-auth/v1")
+
+AUTH_BODY_MAX = 64 * 1024
+WITHDRAW_BODY_MAX = 4 * 1024
+# Authorization requests per client app and caller address.
+CREATE_LIMIT, CREATE_WINDOW_SECONDS = 10, 60
 
 
 @bp.get("/session")
@@ -24,31 +30,36 @@ def current_session():
 
 @bp.post("/revoke")
 def revoke():
-    """Revoke with the session's own access bearer and `{}`, or with a
-    `{client_app_id, refresh_token}` body, which works whatever bearer is sent: it is the way out
-    for an agent whose access token has already expired."""
-    body = read_json_object(current_app.extensions["bailing"].settings.json_body_max_bytes)
+    """With an `Authorization` header, it must be an access token and the body is ignored (only
+    its size is limited); the session holding that token is revoked. Without one, the body is
+    `{client_app_id, refresh_token}`: the way out for an agent whose access token has expired.
+    Either way it answers 200 `{revoked: true}` whether or not anything matched, naming the
+    session only when one was revoked (which the caller's token already identifies)."""
+    max_bytes = current_app.extensions["bailing"].settings.json_body_max_bytes
+    header = request.headers.get("Authorization")
+    if header is not None:
+        bearer = bearer_from_header(header)
+        if bearer is None or not tokens.well_formed(bearer, tokens.ACCESS):
+            raise unauthorized()
+        read_raw(max_bytes)
+        with database().session() as db:
+            return jsonify({"revoked": True, **(revoke_by_access_token(db, bearer) or {})})
+    body = read_json_object(max_bytes)
+    checker = Checker()
+    checker.obj(body, "", required=("client_app_id", "refresh_token"))
+    if "client_app_id" in body:
+        checker.resource_key(body["client_app_id"], "client_app_id")
+    if "refresh_token" in body and not (isinstance(body["refresh_token"], str)
+                                        and tokens.refresh_well_formed(body["refresh_token"])):
+        checker.add("refresh_token", "must be a refresh token")
+    if checker.problems:
+        raise invalid_request(checker)
     with database().session() as db:
-        if not body:
-            session = authenticate_access(db, bearer_from_header(request.headers.get("Authorization")))
-            if session is None:
-                raise unauthorized()
-            return jsonify(revoke_session(db, str(session.id)))
-        checker = Checker()
-        checker.obj(body, "", required=("client_app_id", "refresh_token"))
-        if "client_app_id" in body:
-            checker.resource_key(body["client_app_id"], "client_app_id")
-        if "refresh_token" in body:
-            checker.string(body["refresh_token"], "refresh_token", min_len=1, max_len=256)
-        if checker.problems:
-            raise invalid_request(checker)
-        return jsonify(revoke_by_refresh_token(db, body["client_app_id"], body["refresh_token"]))
+        revoked = revoke_by_refresh_token(db, body["client_app_id"], body["refresh_token"])
+        return jsonify({"revoked": True, **(revoked or {})})
 
 
 # ------------------------------------------------------------------ browser authorization
-
-AUTH_BODY_MAX = 64 * 1024
-
 
 def _client_from_token(db):
     client = authenticate_client_token(db, bearer_from_header(request.headers.get("Authorization")))
@@ -57,9 +68,19 @@ def _client_from_token(db):
     return client
 
 
+def _create_limit() -> WindowLimit:
+    return current_app.extensions.setdefault(
+        "agent_auth_create_limit", WindowLimit(CREATE_LIMIT, CREATE_WINDOW_SECONDS))
+
+
 @bp.post("/authorizations")
 def create_authorization():
     body = read_json_object(AUTH_BODY_MAX)
+    agent_auth.check_create(body)
+    if not _create_limit().allow((body["client_app_id"], request.remote_addr)):
+        err = ApiError(429, "rate_limited", "Too many authorization requests; try again in a minute.")
+        err.headers["Retry-After"] = str(CREATE_WINDOW_SECONDS)
+        raise err
     with database().session() as db:
         return jsonify(agent_auth.create_authorization(db, body)), 201
 
@@ -75,6 +96,7 @@ def approve_authorization(authorization_id: str):
     with database().session() as db:
         client = _client_from_token(db)
         body = read_json_object(AUTH_BODY_MAX)
+        agent_auth.check_approve(body)
         return jsonify(agent_auth.approve(db, client, authorization_id, body))
 
 
@@ -86,6 +108,14 @@ def deny_authorization(authorization_id: str):
         return jsonify(agent_auth.deny(db, client, authorization_id))
 
 
+@bp.post("/authorizations/<authorization_id>/revoke")
+def withdraw_authorization(authorization_id: str):
+    with database().session() as db:
+        client = _client_from_token(db)
+        read_empty_object("revoke", WITHDRAW_BODY_MAX)
+        return jsonify(agent_auth.withdraw(db, client, authorization_id))
+
+
 @bp.post("/token")
 def token():
     body = read_json_object(AUTH_BODY_MAX)
@@ -94,9 +124,17 @@ def token():
         return jsonify(agent_auth.exchange(db, body, settings.access_token_ttl, settings.refresh_token_ttl))
 
 
+@bp.after_request
+def _pragma_on_token(response):
+    # Every answer of /token, refusals included, as for HTTP/1.0 caches.
+    if request.endpoint == "agent_auth.token":
+        response.headers["Pragma"] = "no-cache"
+    return response
+
+
 @bp.post("/sessions/<session_id>/revoke")
 def revoke_by_client(session_id: str):
+    """The body is not read: whatever it holds, the path names the session."""
     with database().session() as db:
         client = _client_from_token(db)
-        read_empty_object("revoke", AUTH_BODY_MAX)
         return jsonify(agent_auth.revoke_for_client(db, client, session_id))

@@ -7,7 +7,7 @@ client's allowlist, the principal has the expected shape.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -18,24 +18,35 @@ from ..db import attach_loaded, pipelined
 from ..errors import ApiError, invalid_request
 from ..validation import Checker, Invalid, join
 from . import tokens
+from .authorize_page import sessions_usable
 from .models import AgentSession, ClientApp
 
 MAX_SUBJECT_CHARS = 255
 MAX_DEVICE_LABEL_CHARS = 128
+# Shown for sessions issued without a device label (operator-issued, or authorized before the
+# label was required): clients require a non-blank label in the session view.
+UNLABELLED_DEVICE = "Unlabelled device"
+# The principal's fields and their lengths, as Agent Auth accepts them.
+PRINCIPAL_LIMITS = {"id": 128, "tenant": 128, "audience": 64, "channel": 128}
+MAX_ROLES, MAX_ROLE_CHARS = 64, 64
 
 
 def check_principal(checker: Checker, value: Any, path: str) -> None:
-    principal = checker.obj(value, path, required=("id",), optional=("tenant", "roles", "audience"))
+    principal = checker.obj(value, path, required=("id",), optional=("tenant", "roles", "audience", "channel"))
     if principal is None:
         return
-    if "id" in principal:
-        checker.string(principal["id"], join(path, "id"), min_len=1, max_len=191, single_line=True)
-    if "tenant" in principal:
-        checker.string(principal["tenant"], join(path, "tenant"), min_len=1, max_len=191, single_line=True)
-    if "audience" in principal:
-        checker.string(principal["audience"], join(path, "audience"), min_len=1, max_len=191, single_line=True)
+    for key, limit in PRINCIPAL_LIMITS.items():
+        if key in principal:
+            checker.string(principal[key], join(path, key), min_len=1, max_len=limit, single_line=True)
     if "roles" in principal:
-        checker.string_list(principal["roles"], join(path, "roles"), max_items=64)
+        checker.string_list(principal["roles"], join(path, "roles"), max_items=MAX_ROLES,
+                            item_max_len=MAX_ROLE_CHARS)
+
+
+def access_expiry(now: datetime, access_ttl: int, refresh_expires: datetime) -> datetime:
+    """An access token never outlives its session, and expires strictly before it (clients
+    require the session's refresh expiry to be later than the access expiry)."""
+    return min(now + timedelta(seconds=access_ttl), refresh_expires - timedelta(seconds=1))
 
 
 def identity_hash(client_app_id: str, principal: dict | None, on_behalf_of: str | None) -> str:
@@ -89,8 +100,7 @@ def issue_session(
     access_token, access_hash = tokens.new_token(tokens.ACCESS)
     refresh_token, refresh_hash = tokens.new_token(tokens.REFRESH)
     refresh_expires = now + timedelta(seconds=refresh_ttl)
-    # An access token never outlives the session it belongs to.
-    access_expires = min(now + timedelta(seconds=access_ttl), refresh_expires)
+    access_expires = access_expiry(now, access_ttl, refresh_expires)
     row = AgentSession(
         id=uuid.uuid4(),
         client_app_id=client_app_id,
@@ -116,11 +126,11 @@ def issue_session(
     }
 
 
-# The session and whether its client is enabled, in one prepared statement: this runs before
-# every agent request.
+# The session and the state of its client, in one prepared statement: this runs before every
+# agent request.
 _BY_ACCESS_HASH = f"""
     SELECT {", ".join("s." + c.name for c in AgentSession.__table__.columns)},
-           c.enabled AS client_enabled
+           c.enabled AS client_enabled, c.agent_authorize_url AS client_authorize_url
       FROM bz_agent_sessions s LEFT JOIN bz_client_apps c ON c.app_id = s.client_app_id
      WHERE s.access_token_hash = %(digest)s"""
 
@@ -140,10 +150,10 @@ def authenticate_access(db: Session, bearer: str | None) -> AgentSession | None:
     now = utc_now()
     if row.revoked_at is not None or row.access_expires_at <= now or row.refresh_expires_at <= now:
         return None
-    if not row.client_enabled:  # None: the client app is gone
+    if not sessions_usable(row.client_enabled, row.client_authorize_url):  # enabled None: the app is gone
         return None
     values = row._asdict()
-    del values["client_enabled"]
+    del values["client_enabled"], values["client_authorize_url"]
     return attach_loaded(db, AgentSession(**values))
 
 
@@ -155,37 +165,53 @@ def revoke_session(db: Session, session_id: str) -> dict:
     row = db.get(AgentSession, sid, with_for_update=True)
     if row is None:
         raise ApiError(404, "session_not_found", "No such agent session.")
+    return revoke_row(row)
+
+
+def session_view(row: AgentSession) -> dict:
+    """Non-secret session metadata, as GET /agent-auth/v1/session shows it. `expires_at` is the
+    access token's expiry (`access_expires_at` says the same under this hub's older name)."""
+    return {
+        "session_id": str(row.id),
+        "client_app_id": row.client_app_id,
+        "device_label": row.device_label or UNLABELLED_DEVICE,
+        "principal": row.principal,
+        "on_behalf_of": row.on_behalf_of,
+        "allowed_routes": list(row.allowed_routes),
+        "created_at": iso(row.created_at),
+        "expires_at": iso(row.access_expires_at),
+        "refresh_expires_at": iso(row.refresh_expires_at),
+        "access_expires_at": iso(row.access_expires_at),
+        "task_enrolled": row.task_enrolled,
+    }
+
+
+def revoke_row(row: AgentSession) -> dict:
     already = row.revoked_at is not None
     if not already:
         row.revoked_at = utc_now()
     return {"session_id": str(row.id), "revoked_at": iso(row.revoked_at), "already_revoked": already}
 
 
-def session_view(row: AgentSession) -> dict:
-    """Non-secret session metadata, as GET /agent-auth/v1/session shows it."""
-    return {
-        "session_id": str(row.id),
-        "client_app_id": row.client_app_id,
-        "principal": row.principal,
-        "on_behalf_of": row.on_behalf_of,
-        "allowed_routes": list(row.allowed_routes),
-        "device_label": row.device_label,
-        "access_expires_at": iso(row.access_expires_at),
-        "refresh_expires_at": iso(row.refresh_expires_at),
-        "created_at": iso(row.created_at),
-        "task_enrolled": row.task_enrolled,
-    }
+def revoke_by_access_token(db: Session, access_token: str) -> dict | None:
+    """Revoke the session an access token belongs to, whether or not that token is still live
+    (revoking is always safe). None when no session holds it."""
+    row = db.scalar(
+        select(AgentSession)
+        .where(AgentSession.access_token_hash == tokens.hash_token(access_token))
+        .with_for_update()
+    )
+    return None if row is None else revoke_row(row)
 
 
-def revoke_by_refresh_token(db: Session, client_app_id: str, refresh_token: str) -> dict:
-    """Revoke the session a refresh token belongs to, when it belongs to that client."""
-    if not tokens.well_formed(refresh_token, tokens.REFRESH):
-        raise ApiError(400, "invalid_grant", "The refresh token is not valid for this client.")
+def revoke_by_refresh_token(db: Session, client_app_id: str, refresh_token: str) -> dict | None:
+    """Revoke the session a refresh token belongs to, when it belongs to that client. None when
+    it does not: the caller answers the same either way."""
     row = db.scalar(
         select(AgentSession)
         .where(AgentSession.refresh_token_hash == tokens.hash_token(refresh_token))
         .with_for_update()
     )
     if row is None or row.client_app_id != client_app_id:
-        raise ApiError(400, "invalid_grant", "The refresh token is not valid for this client.")
-    return revoke_session(db, str(row.id))
+        return None
+    return revoke_row(row)
