@@ -6,7 +6,9 @@ checked for its status, its error code and that nothing was stored.
 """
 from __future__ import annotations
 
+import copy
 import json
+import re
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +23,9 @@ JSON = {"Content-Type": "application/json"}
 ROUTE = "customers"
 BODY_MAX = 512 * 1024
 SUMMARY_SCHEMA = "bailing.authorization-execution-summary.v1"
-TASK_BINDING = {"schema": "bailing.agent-task-binding.v1", "task_id": "task-1", "scope_hash": "a" * 64}
+TASK_BINDING = {"schema_version": "bailing.agent-task-binding.v1",
+                "task_id": "9732feb7-11a4-4a72-a6fb-8f39ebf61199", "scope_hash": "a" * 64}
+ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 SUMMARY_KEYS = {"role", "message_id", "kind", "source", "trust", "schema", "invocations", "total",
                 "omitted"}
 RECORD_KEYS = {"invocation_id", "tool", "state", "next_action"}
@@ -112,7 +116,13 @@ def run_row(sql, run_id: str):
 
 
 def memory_of(context: dict) -> dict:
-    return context["context"]["memory"]
+    """The turn's memory with each entry's `created_at` checked and set aside, so that entries
+    compare by what they say."""
+    memory = copy.deepcopy(context["context"]["memory"])
+    assert memory["summary"] is None
+    for e in memory["recent"]:
+        assert ISO_MS.match(e.pop("created_at")), e
+    return memory
 
 
 def entry(context: dict, message_id: str, role: str) -> dict:
@@ -166,7 +176,7 @@ def test_each_required_turn_field_is_required(server, agent, sql, field):
 
 
 @pytest.mark.parametrize("extra", [{"reasoning": "x"}, {"model": "m"}, {"renderer": ["markdown"]},
-                                   {"page_context": {"url": "/x", "referrer": "/y"}}])
+                                   {"discovery": {}}])
 def test_an_unknown_turn_field_is_refused(server, agent, sql, extra):
     before = stored(sql)
 
@@ -182,7 +192,12 @@ def test_an_unknown_turn_field_is_refused(server, agent, sql, extra):
     ("😀" * 32000 + "a", False),
     ("é" * 64000, True),              # one unit each, though two UTF-8 bytes
     ("", False),
-], ids=["ascii-64000", "ascii-64001", "astral-32000", "astral-32000+1", "latin-64000", "empty"])
+    (" \n\t ", False),
+    ("a\x07b", False),
+    ("a\x7fb", False),
+    ("\tline one\r\nline two\n", True),  # tab, CR and LF are text; kept exactly
+], ids=["ascii-64000", "ascii-64001", "astral-32000", "astral-32000+1", "latin-64000", "empty", "blank",
+        "bell", "delete", "tab-cr-lf"])
 def test_user_input_is_limited_to_64000_utf16_code_units(server, agent, sql, text, accepted):
     before = stored(sql)
 
@@ -205,41 +220,66 @@ def test_user_input_must_be_a_string(server, agent, sql, value):
 
 
 @pytest.mark.parametrize("field", ["client_conversation_id", "client_turn_id", "user_message_id"])
-@pytest.mark.parametrize("value, accepted", [("i" * 191, True), ("i" * 192, False), ("", False),
-                                             ("a\nb", False), ("a\x07b", False), (7, False)],
-                         ids=["191", "192", "empty", "newline", "control", "int"])
-def test_turn_identifiers_are_single_line_strings_of_at_most_191(server, agent, sql, field, value,
-                                                                  accepted):
+@pytest.mark.parametrize("value, accepted", [("i" * 128, True), ("i" * 129, False), ("", False),
+                                             ("a\nb", False), ("a\x07b", False), (7, False),
+                                             ("Ab9_.:-z", True), ("-leading", False), ("a b", False),
+                                             ("é", False), ("  padded-id \n", True)],
+                         ids=["128", "129", "empty", "newline", "control", "int", "all-classes",
+                              "leading-dash", "space", "non-ascii", "trimmed"])
+def test_turn_identifiers_follow_the_client_identifier_pattern(server, agent, sql, field, value, accepted):
     before = stored(sql)
 
     response = post_turn(server, agent, turn_body(**{field: value}))
 
     if accepted:
         assert response.status_code == 200, response.text
-        assert response.json()[field] == value
+        assert response.json()[field] == value.strip()
     else:
         assert_invalid(response, field)
         assert stored(sql) == before
 
 
-@pytest.mark.parametrize("page, accepted", [
-    ({"url": "/" + "u" * 2047, "title": "t" * 512}, True),
-    ({"url": "/" + "u" * 2048}, False),
-    ({"title": "t" * 513}, False),
-    ({"title": "a\nb"}, False),
-    ({}, True),
-    ("/staff", False),
-], ids=["at-limits", "url-2049", "title-513", "title-newline", "empty", "not-object"])
-def test_page_context_limits(server, agent, sql, page, accepted):
+@pytest.mark.parametrize("page", [
+    {"url": "/" + "u" * 5000, "title": "a\nb", "referrer": "/y", "nested": {"list": [1, None, True]}},
+    {},
+], ids=["any-object", "empty"])
+def test_page_context_is_any_json_object(server, agent, page):
+    context = turn(server, agent, turn_body(page_context=page))
+    assert context["context"]["page_context"] == page
+
+
+def test_page_context_defaults_to_an_empty_object(server, agent):
+    context = turn(server, agent, turn_body())
+    assert context["context"]["page_context"] == {} and context["context"]["renderers"] == []
+
+
+@pytest.mark.parametrize("page", ["/staff", ["a"], 7, None], ids=["string", "list", "number", "null"])
+def test_a_page_context_that_is_not_an_object_is_400(server, agent, sql, page):
+    before = stored(sql)
+    assert_invalid(post_turn(server, agent, turn_body(page_context=page)), "page_context")
+    assert stored(sql) == before
+
+
+def _page_of(size: int) -> dict:
+    """A page context whose JSON.stringify is exactly `size` UTF-8 bytes ("é" is 2)."""
+    page = {"title": ""}
+    fill = size - len(json.dumps(page, separators=(",", ":")))
+    page["title"] = "é" * (fill // 2) + "x" * (fill % 2)
+    return page
+
+
+@pytest.mark.parametrize("size, accepted", [(16384, True), (16385, False)])
+def test_page_context_is_limited_to_16_kib_of_json(server, agent, sql, size, accepted):
+    page = _page_of(size)
+    assert len(json.dumps(page, separators=(",", ":"), ensure_ascii=False).encode()) == size
     before = stored(sql)
 
     response = post_turn(server, agent, turn_body(page_context=page))
 
     if accepted:
-        assert response.status_code == 200, response.text
-        assert response.json()["context"]["page_context"] == page
+        assert response.status_code == 200, response.text[:300]
     else:
-        assert_invalid(response, "page_context")
+        assert_error(response, 413, "page_context_too_large")
         assert stored(sql) == before
 
 
@@ -252,16 +292,21 @@ def test_twenty_unique_valid_renderers_are_accepted_and_echoed(server, agent):
     assert context["context"]["renderers"] == renderers
 
 
+def test_renderer_names_may_use_upper_case_and_colons(server, agent):
+    renderers = ["markdown", "Markdown", "bailing:form.v1", "x" * 64]
+    assert turn(server, agent, turn_body(renderers=renderers))["context"]["renderers"] == renderers
+
+
 @pytest.mark.parametrize("renderers", [
     [f"r{i}" for i in range(21)],
     ["markdown", "markdown"],
     ["Bad Name"],
-    ["markdown", "Markdown"],
+    ["-markdown"],
     [""],
     ["x" * 65],
     [7],
     "markdown",
-], ids=["21", "duplicate", "bad-name", "uppercase", "empty-name", "too-long", "not-string", "not-list"])
+], ids=["21", "duplicate", "bad-name", "leading-dash", "empty-name", "too-long", "not-string", "not-list"])
 def test_bad_renderers_are_refused(server, agent, sql, renderers):
     before = stored(sql)
     assert_invalid(post_turn(server, agent, turn_body(renderers=renderers)), "renderers")
@@ -276,7 +321,10 @@ def test_knowledge_delivery_other_than_on_demand_is_refused(server, agent, sql, 
 
 
 @pytest.mark.parametrize("binding", [
-    {**TASK_BINDING, "schema": "bailing.agent-task-binding.v2"},
+    {**TASK_BINDING, "schema_version": 2},
+    {k if k != "schema_version" else "schema": v for k, v in TASK_BINDING.items()},
+    {**TASK_BINDING, "task_id": "task-1"},
+    {**TASK_BINDING, "task_id": "9732feb7-11a4-6a72-a6fb-8f39ebf61199"},
     {**TASK_BINDING, "scope_hash": "a" * 63},
     {**TASK_BINDING, "scope_hash": "a" * 65},
     {**TASK_BINDING, "scope_hash": "A" * 64},
@@ -285,15 +333,29 @@ def test_knowledge_delivery_other_than_on_demand_is_refused(server, agent, sql, 
     {**TASK_BINDING, "task_id": 7},
     {k: v for k, v in TASK_BINDING.items() if k != "task_id"},
     {k: v for k, v in TASK_BINDING.items() if k != "scope_hash"},
-    {k: v for k, v in TASK_BINDING.items() if k != "schema"},
+    {k: v for k, v in TASK_BINDING.items() if k != "schema_version"},
     {**TASK_BINDING, "granted_by": "admin"},
     "task-1",
     None,
-], ids=["schema-v2", "hash-63", "hash-65", "hash-upper", "hash-nonhex", "task-empty", "task-int",
-        "no-task", "no-hash", "no-schema", "unknown-key", "string", "null"])
-def test_a_malformed_task_binding_is_refused(server, agent, sql, binding):
+], ids=["schema-not-string", "old-schema-key", "task-not-uuid", "task-uuid-v6", "hash-63", "hash-65",
+        "hash-upper", "hash-nonhex", "task-empty", "task-int", "no-task", "no-hash", "no-schema",
+        "unknown-key", "string", "null"])
+def test_a_malformed_task_binding_is_task_invalid_input(server, agent, sql, binding):
     before = stored(sql)
-    assert_invalid(post_turn(server, agent, turn_body(task_binding=binding)), "task_binding")
+    assert_error(post_turn(server, agent, turn_body(task_binding=binding)), 400, "TASK_INVALID_INPUT")
+    assert stored(sql) == before
+
+
+def test_a_task_binding_of_another_schema_is_task_unsupported(server, agent, sql):
+    before = stored(sql)
+    binding = {**TASK_BINDING, "schema_version": "bailing.agent-task-binding.v2"}
+    assert_error(post_turn(server, agent, turn_body(task_binding=binding)), 501, "TASK_UNSUPPORTED")
+    assert stored(sql) == before
+
+
+def test_ordinary_turn_fields_are_checked_before_the_task_binding(server, agent, sql):
+    before = stored(sql)
+    assert_invalid(post_turn(server, agent, turn_body(user_input="", task_binding="x")), "user_input")
     assert stored(sql) == before
 
 
@@ -301,12 +363,11 @@ def test_a_task_enrolled_session_cannot_omit_its_task_binding(server, issue_sess
     enrolled = issue_session("--task-enrolled")
     before = stored(sql)
 
-    problems = assert_invalid(post_turn(server, enrolled, turn_body()), "task_binding")["problems"]
+    assert_error(post_turn(server, enrolled, turn_body()), 409, "TASK_REQUIRED")
 
-    assert [p["path"] for p in problems] == ["task_binding"]
     assert stored(sql) == before
     context = turn(server, enrolled, turn_body(task_binding=TASK_BINDING))
-    assert context["context"]["task_binding"] == TASK_BINDING
+    assert context["task_binding"] == TASK_BINDING
 
 
 def _padded(body: dict, size: int) -> bytes:
@@ -333,8 +394,8 @@ def test_runtime_bodies_are_limited_to_512_kib(server, agent, sql, framing, endp
         return server.post(path, data=data, headers=bearer(agent))
 
     before = stored(sql)
-    body = assert_error(send(BODY_MAX + 1), 413, "request_too_large")
-    assert body["max_bytes"] == BODY_MAX
+    body = assert_error(send(BODY_MAX + 1), 413, "arguments_too_large")
+    assert body["max_bytes"] == BODY_MAX and body["limit_scope"] == "request_body"
     assert stored(sql) == before
 
     response = send(BODY_MAX)
@@ -343,17 +404,23 @@ def test_runtime_bodies_are_limited_to_512_kib(server, agent, sql, framing, endp
     assert after["bz_messages"] == before["bz_messages"] + 1  # the user or the assistant message
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None,
-                                          "application/json; charset=latin-1"])
-def test_a_turn_that_is_not_utf8_json_is_415(server, agent, sql, content_type):
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_a_turn_body_is_read_as_json_whatever_its_content_type(server, agent, content_type):
     headers = {"Authorization": f"Bearer {agent['access_token']}"}
     if content_type:
         headers["Content-Type"] = content_type
-    before = stored(sql)
 
     response = server.post(turns_path(), data=json.dumps(turn_body()).encode(), headers=headers)
 
-    assert_error(response, 415, "unsupported_media_type")
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("data", [b"", b"not json", b"[1, 2]", b'"text"', "{}".encode("utf-16")],
+                         ids=["empty", "not-json", "array", "string", "not-utf8"])
+def test_a_turn_body_that_is_not_a_json_object_with_the_fields_is_400(server, agent, sql, data):
+    before = stored(sql)
+    response = server.post(turns_path(), data=data, headers=bearer(agent))
+    assert_error(response, 400, "invalid_request")
     assert stored(sql) == before
 
 
@@ -413,19 +480,22 @@ def test_a_user_message_id_cannot_be_reused_by_another_turn_of_the_conversation(
     turn(server, agent, turn_body(2, user_message_id="msg-1", client_conversation_id="conv-2"))
 
 
-def test_knowledge_delivery_is_echoed_and_defaults_to_inline(server, agent):
+def test_knowledge_delivery_is_echoed_only_when_negotiated(server, agent):
     inline = turn(server, agent, turn_body(1))
     on_demand = turn(server, agent, turn_body(2, knowledge_delivery="on_demand"))
 
-    assert inline["context"]["knowledge_delivery"] == "inline"
+    assert "knowledge_delivery" not in inline["context"]  # echoed only when negotiated
     assert on_demand["context"]["knowledge_delivery"] == "on_demand"
-    assert "task_binding" not in inline["context"]
+    assert "task_binding" not in inline and "task_binding" not in inline["context"]
 
 
 def test_a_task_binding_is_echoed_and_frozen_with_the_run(server, agent, sql):
-    context = turn(server, agent, turn_body(task_binding=TASK_BINDING))
+    upper = {**TASK_BINDING, "task_id": TASK_BINDING["task_id"].upper()}
+    context = turn(server, agent, turn_body(task_binding=upper))
 
-    assert context["context"]["task_binding"] == TASK_BINDING
+    assert context["task_binding"] == TASK_BINDING  # at the top level, task id in lower case
+    assert "task_binding" not in context["context"]
+    assert turn(server, agent, turn_body(task_binding=TASK_BINDING)) == context  # the same binding
     assert sql("SELECT task_binding FROM bz_runs WHERE id = %s", (context["run_id"],)) == [(TASK_BINDING,)]
 
 
@@ -511,20 +581,30 @@ def wide_session(cli, tmp_path, configured, issue_session) -> dict:
     return session
 
 
-@pytest.mark.parametrize("route", ["orders", "quiet", "closed", "staff", "dropped", "Customers"],
-                         ids=["not-in-session", "agent-client-disabled", "route-disabled",
-                              "audience-mismatch", "no-longer-allowed-by-client", "other-case"])
-def test_a_turn_outside_the_workspace_is_the_same_404_as_a_missing_route(server, wide_session, sql, route):
+@pytest.mark.parametrize("route, status, code", [
+    ("orders", 403, "route_not_allowed"),
+    ("quiet", 403, "agent_client_disabled"),
+    ("closed", 404, "route_unavailable"),
+    ("staff", 403, "audience_not_allowed"),
+    ("dropped", 403, "route_not_allowed"),
+    ("auto", 400, "invalid_route"),
+    ("Customers", 404, "not_found"),
+], ids=["not-in-session", "agent-client-disabled", "route-disabled", "audience-mismatch",
+        "no-longer-allowed-by-client", "auto", "not-a-route-key"])
+def test_a_turn_outside_the_workspace_gets_the_gate_code(server, wide_session, sql, route, status, code):
     before = stored(sql)
-    missing = post_turn(server, wide_session, turn_body(), route="no-such-route")
-    refused = post_turn(server, wide_session, turn_body(), route=route)
 
-    assert_error(missing, 404, "workspace_not_found")
-    assert refused.status_code == 404
-    assert refused.content == missing.content
-    assert refused.headers["Content-Type"] == missing.headers["Content-Type"]
+    assert_error(post_turn(server, wide_session, turn_body(), route=route), status, code)
+
     assert stored(sql) == before
     turn(server, wide_session, turn_body())  # the session itself works in its workspace
+
+
+def test_a_route_outside_the_lists_is_refused_before_its_existence_is_looked_at(server, wide_session):
+    missing = post_turn(server, wide_session, turn_body(), route="no-such-route")
+    unlisted = post_turn(server, wide_session, turn_body(), route="orders")
+    assert_error(missing, 403, "route_not_allowed")
+    assert missing.content == unlisted.content
 
 
 # ----------------------------------------------------------------------------- memory
@@ -729,7 +809,9 @@ def test_a_completion_is_stored_and_joins_the_ledger(server, agent, sql, run_id)
     assert response.status_code == 200, response.text
     assert response.headers.get("Cache-Control") == "no-store"
     body = response.json()
-    assert body["schema"] == "bailing.agent-run-completion.v1"
+    assert body["schema_version"] == body["schema"] == "bailing.agent-run-completion.v1"
+    assert body["idempotent_replay"] is False
+    assert ISO_MS.match(body["completed_at"])
     assert body["run_id"] == run_id
     assert body["status"] == "completed"
     assert body["assistant_message_id"] == "asst-1"
@@ -755,7 +837,9 @@ def test_an_identical_completion_replays_the_same_answer(server, agent, sql, run
     third = complete(server, agent, run_id, reordered)
 
     assert first.status_code == again.status_code == third.status_code == 200
-    assert again.json() == first.json() and third.json() == first.json()
+    assert first.json()["idempotent_replay"] is False
+    replayed = {**first.json(), "idempotent_replay": True}
+    assert again.json() == replayed and third.json() == replayed
     assert len(assistant_rows(sql)) == 1
 
 
@@ -771,7 +855,7 @@ def test_any_changed_completion_field_is_409(server, agent, sql, run_id, change)
     assert complete(server, agent, run_id, completion_body()).status_code == 200
     before, row = stored(sql), run_row(sql, run_id)
 
-    assert_error(complete(server, agent, run_id, completion_body(**change)), 409, "completion_conflict")
+    assert_error(complete(server, agent, run_id, completion_body(**change)), 409, "run_completion_conflict")
 
     assert stored(sql) == before
     assert run_row(sql, run_id) == row
@@ -783,7 +867,7 @@ def test_leaving_out_an_optional_field_on_replay_is_409(server, agent, sql, run_
     assert complete(server, agent, run_id, completion_body()).status_code == 200
     body = completion_body()
     del body[removed]
-    assert_error(complete(server, agent, run_id, body), 409, "completion_conflict")
+    assert_error(complete(server, agent, run_id, body), 409, "run_completion_conflict")
 
 
 def test_an_assistant_message_id_cannot_be_reused_in_the_conversation(server, agent, sql, run_id):
@@ -792,7 +876,7 @@ def test_an_assistant_message_id_cannot_be_reused_in_the_conversation(server, ag
     before = stored(sql)
 
     assert_error(complete(server, agent, second, completion_body(content="Again.")), 409,
-                 "completion_conflict")
+                 "assistant_message_conflict")
 
     assert stored(sql) == before
     assert run_row(sql, second)[0] == "prepared"
@@ -803,15 +887,27 @@ def test_an_assistant_message_id_cannot_be_reused_in_the_conversation(server, ag
     ("content", "a" * 64001, False),
     ("content", "😀" * 32000, True),
     ("content", "😀" * 32000 + "a", False),
+    ("content", "", False),
+    ("content", " \n ", False),
+    ("content", "a\x1bb", False),
+    ("content", "\tDone.\r\n", True),
     ("model", "m" * 191, True),
     ("model", "m" * 192, False),
+    ("model", "😀" * 95 + "m", True),   # 191 UTF-16 code units, counted as content is
+    ("model", "😀" * 96, False),        # 192 units, though only 96 characters
+    ("model", "", True),
+    ("model", "a\x07b", False),
     ("runtime", "r" * 191, True),
     ("runtime", "r" * 192, False),
-    ("assistant_message_id", "i" * 191, True),
-    ("assistant_message_id", "i" * 192, False),
+    ("runtime", "😀" * 96, False),
+    ("assistant_message_id", "i" * 128, True),
+    ("assistant_message_id", "i" * 129, False),
+    ("assistant_message_id", "a b", False),
 ], ids=["content-64000", "content-64001", "content-astral-64000", "content-astral-64001",
-        "model-191", "model-192", "runtime-191", "runtime-192", "assistant-id-191",
-        "assistant-id-192"])
+        "content-empty", "content-blank", "content-escape", "content-tab-cr-lf",
+        "model-191", "model-192", "model-astral-191", "model-astral-192", "model-empty", "model-control",
+        "runtime-191", "runtime-192", "runtime-astral-192", "assistant-id-128", "assistant-id-129",
+        "assistant-id-space"])
 def test_completion_text_limits(server, agent, sql, run_id, field, value, accepted):
     before = stored(sql)
 
@@ -841,9 +937,9 @@ BAD_COMPLETIONS = {
     "hidden_reasoning": (completion_body(hidden_reasoning="secret chain"), "hidden_reasoning"),
     "usage.reasoning_tokens": (completion_body(usage={**USAGE, "reasoning_tokens": 5}), "usage"),
     "usage-negative": (completion_body(usage={**USAGE, "input_tokens": -1}), "usage"),
-    "usage-float": (completion_body(usage={**USAGE, "output_tokens": 30.0}), "usage"),
-    "usage-fraction": (completion_body(usage={**USAGE, "output_tokens": 1.5}), "usage"),
+    "usage-negative-cost": (completion_body(usage={**USAGE, "cost_usd": -0.01}), "usage"),
     "usage-string": (completion_body(usage={**USAGE, "total_tokens": "150"}), "usage"),
+    "usage-null": (completion_body(usage={**USAGE, "total_tokens": None}), "usage"),
     "usage-bool": (completion_body(usage={**USAGE, "tool_calls": True}), "usage"),
     "usage-list": (completion_body(usage=[1, 2]), "usage"),
     "status-done": (completion_body(status="done"), "status"),
@@ -851,8 +947,8 @@ BAD_COMPLETIONS = {
     "status-prepared": (completion_body(status="prepared"), "status"),
     "status-null": (completion_body(status=None), "status"),
     "content-null": (completion_body(content=None), "content"),
-    "model-empty": (completion_body(model=""), "model"),
     "model-int": (completion_body(model=5), "model"),
+    "content-blank": (completion_body(content="   "), "content"),
     "no-assistant_message_id": (_without("assistant_message_id"), "assistant_message_id"),
     "no-status": (_without("status"), "status"),
     "no-content": (_without("content"), "content"),
@@ -881,22 +977,35 @@ def test_hidden_reasoning_is_never_stored(server, agent, sql, run_id):
     assert "secret chain" not in dump and "reasoning" not in dump
 
 
-def test_a_run_of_another_session_is_run_not_found(server, agent, issue_session, sql, run_id):
+def test_a_run_of_another_session_is_a_completion_conflict(server, agent, issue_session, sql, run_id):
     other = issue_session()
     before = stored(sql)
 
     stolen = complete(server, other, run_id, completion_body())
     missing = complete(server, other, str(uuid.uuid4()), completion_body())
 
-    assert_error(stolen, 404, "run_not_found")
+    assert_error(stolen, 409, "run_completion_conflict")
     assert stolen.content == missing.content  # no hint that the run exists
     assert stored(sql) == before
     assert run_row(sql, run_id) == ("prepared", None, None)
 
 
-@pytest.mark.parametrize("bad_id", ["not-a-uuid", "123", "0" * 33, "%20"])
-def test_a_non_uuid_run_id_is_run_not_found(server, agent, bad_id):
-    assert_error(complete(server, agent, bad_id, completion_body()), 404, "run_not_found")
+@pytest.mark.parametrize("bad_id", ["not-a-uuid", "123", "0" * 33, "%20",
+                                    "9732feb7-11a4-6a72-a6fb-8f39ebf61199"])
+def test_a_non_uuid_run_id_is_400(server, agent, sql, bad_id):
+    before = stored(sql)
+    assert_invalid(complete(server, agent, bad_id, completion_body()), "run_id")
+    assert stored(sql) == before
+
+
+def test_usage_takes_any_finite_number_of_at_least_zero_and_cost_usd(server, agent, sql, run_id):
+    usage = {**USAGE, "output_tokens": 30.5, "cost_usd": 0.0125}
+    response = complete(server, agent, run_id, completion_body(usage=usage))
+    assert response.status_code == 200, response.text
+    assert run_row(sql, run_id)[1]["usage"] == usage
+    # A whole number is the same number however it is written, as for a JavaScript client.
+    again = complete(server, agent, run_id, completion_body(usage={**usage, "input_tokens": 120.0}))
+    assert again.status_code == 200 and again.json()["idempotent_replay"] is True
 
 
 def test_completion_after_the_session_is_revoked_is_401(server, agent, cli, sql, run_id):
@@ -931,7 +1040,9 @@ def test_the_same_completion_sent_at_once_completes_once(server, agent, sql, run
     results = race_completions(server, agent, [(run_id, completion_body())] * CLIENTS)
 
     assert [status for status, _ in results] == [200] * CLIENTS, results
-    assert all(body == results[0][1] for _, body in results)
+    assert sorted(body["idempotent_replay"] for _, body in results) == [False] + [True] * (CLIENTS - 1)
+    first = results[0][1]
+    assert all({**body, "idempotent_replay": None} == {**first, "idempotent_replay": None} for _, body in results)
     assert assistant_rows(sql) == [(run_id, "asst-1", "Done.")]
 
 
@@ -949,5 +1060,5 @@ def test_runs_racing_to_complete_with_one_assistant_message_id_get_one_200_and_4
 
         statuses = sorted(status for status, _ in results)
         assert statuses == [200] + [409] * (CLIENTS - 1), (round_, results)
-        assert all(body["error"] == "completion_conflict" for status, body in results if status == 409)
+        assert all(body["error"] == "assistant_message_conflict" for status, body in results if status == 409)
         assert len([r for r in assistant_rows(sql) if r[0] in runs]) == 1

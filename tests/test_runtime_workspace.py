@@ -183,19 +183,31 @@ def intersection(apply, session):
 
 def test_workspaces_are_the_intersection(server, intersection):
     body = ok(call(server, intersection, "GET", "/workspaces"))
-    assert body["schema"] == "bailing.agent-workspace-list.v1"
-    assert body["workspaces"] == [{"route": "open", "name": "Route open", "description": "About open"}]
+    assert body["schema_version"] == "bailing.agent-workspaces.v1"
+    assert [(w["route"], w["name"], w["description"]) for w in body["workspaces"]] == [
+        ("open", "Route open", "About open")]
+
+
+# The gate's answer for each excluded route, in its order of checks.
+EXCLUDED_CODES = {
+    "switched-off": (404, "route_unavailable"),
+    "no-runtime": (403, "agent_client_disabled"),
+    "other-tenant": (403, "audience_not_allowed"),
+    "not-in-session": (403, "route_not_allowed"),
+    "dropped-by-client": (403, "route_not_allowed"),
+}
 
 
 @pytest.mark.parametrize("route_key", EXCLUDED)
 def test_a_route_outside_the_workspace_cannot_bootstrap(server, intersection, route_key):
     assert bootstrap(server, intersection, "open")["workspace"]["route"] == "open"
     body = refused(call(server, intersection, "GET", f"/workspaces/{route_key}/bootstrap"),
-                   404, "workspace_not_found")
-    # Same answer as for a route that does not exist at all: nothing tells them apart.
-    missing = refused(call(server, intersection, "GET", "/workspaces/never-defined/bootstrap"),
-                      404, "workspace_not_found")
-    assert body == missing
+                   *EXCLUDED_CODES[route_key])
+    if body["error"] == "route_not_allowed":
+        # Not allowed is answered before existence is looked at: nothing tells them apart.
+        missing = refused(call(server, intersection, "GET", "/workspaces/never-defined/bootstrap"),
+                          403, "route_not_allowed")
+        assert body == missing
 
 
 AUDIENCE_ROUTES = [
@@ -216,7 +228,7 @@ def test_workspaces_follow_the_audience(server, apply, session, principal, expec
     token = session([r["route_key"] for r in AUDIENCE_ROUTES], principal=principal, on_behalf_of=None)
     assert workspace_keys(server, token) == expected
     for key in {r["route_key"] for r in AUDIENCE_ROUTES} - set(expected):
-        refused(call(server, token, "GET", f"/workspaces/{key}/bootstrap"), 404, "workspace_not_found")
+        refused(call(server, token, "GET", f"/workspaces/{key}/bootstrap"), 403, "audience_not_allowed")
 
 
 # ----------------------------------------------------------------------------- bootstrap
@@ -237,7 +249,8 @@ def test_bootstrap_has_exactly_the_profile_shape(server, apply, session):
     profile = body["profile"]
     assert set(profile) == {"revision", "instructions", "memory", "knowledge", "governance"}
     assert SHA256.match(profile["revision"])
-    assert profile["instructions"] == "You help the order desk.\n\nAnswer in English."
+    assert profile["instructions"] == ("[Route system rules]\nYou help the order desk.\n\n"
+                                       "[Local agent rules]\nAnswer in English.")
     assert profile["memory"] == {"recent_messages": 4, "recent_budget_chars": 8000,
                                  "per_message_chars": 2000, "summary_enabled": True,
                                  "summary_max_chars": 1200}
@@ -255,16 +268,17 @@ def test_bootstrap_has_exactly_the_profile_shape(server, apply, session):
     assert caps["authorized_total"] == len(tools) > 12
     assert caps["readonly"] == sum(t["readonly"] for t in tools)
     assert caps["writes"] == sum(not t["readonly"] for t in tools) == 5
-    assert caps["approval_required"] == sum(t["approval"]["required"] or bool(t["approval"]["when"])
-                                            for t in tools) > 0
+    assert caps["approval_required"] == sum(t["approval_required"] for t in tools) > 0
 
 
 @pytest.mark.parametrize("target_config, agent_client, expected", [
-    ({"system_prompt": "Prompt only."}, {"enabled": True}, "Prompt only."),
-    ({}, {"enabled": True, "instructions": "Instructions only."}, "Instructions only."),
-    ({"system_prompt": "  Both.  "}, {"enabled": True, "instructions": "Second."}, "Both.\n\nSecond."),
+    ({"system_prompt": "Prompt only."}, {"enabled": True}, "[Route system rules]\nPrompt only."),
+    ({}, {"enabled": True, "instructions": "Instructions only."}, "[Local agent rules]\nInstructions only."),
+    ({"system_prompt": "  Both.  "}, {"enabled": True, "instructions": "Second."},
+     "[Route system rules]\nBoth.\n\n[Local agent rules]\nSecond."),
+    ({"system_prompt": "Bell\x07here."}, {"enabled": True}, "[Route system rules]\nBell here."),
     ({"model": "m"}, {"enabled": True}, ""),
-], ids=["prompt", "instructions", "both", "neither"])
+], ids=["prompt", "instructions", "both", "control-character", "neither"])
 def test_bootstrap_instructions_are_prompt_then_client_instructions(server, apply, session,
                                                                     target_config, agent_client,
                                                                     expected):
@@ -301,7 +315,8 @@ def test_bootstrap_never_shows_credentials_model_settings_or_provider_urls(serve
     token = session(["vault"])
     response = call(server, token, "GET", "/workspaces/vault/bootstrap")
     body = ok(response)
-    assert body["profile"]["instructions"] == "You help the warehouse team.\n\nMind the stock."
+    assert body["profile"]["instructions"] == ("[Route system rules]\nYou help the warehouse team.\n\n"
+                                               "[Local agent rules]\nMind the stock.")
     assert body["capabilities"]["authorized_total"] > 0
     responses = {
         "bootstrap": response.text,
@@ -325,10 +340,10 @@ def test_a_knowledge_only_workspace_bootstraps_with_no_tools(server, apply, sess
         "authorized_total": 0, "active_limit": 8, "readonly": 0, "writes": 0, "approval_required": 0}
     assert caps["revision"] != bootstrap(server, token, "desk")["capabilities"]["revision"]
     context = turn(server, token, "handbook", "Where is the refund policy?")
-    assert context["context"]["tools"] == []
+    assert context["active_tools"] == []
     assert context["capability_revision"] == caps["revision"]
     # The business tool surface needs tools.agent_direct, which this route does not have.
-    refused(call(server, token, "GET", "/tools?route=handbook"), 404, "workspace_not_found")
+    refused(call(server, token, "GET", "/tools?route=handbook"), 403, "agent_direct_disabled")
 
 
 def test_agent_client_disabled_closes_only_the_runtime(server, apply, session):
@@ -342,7 +357,7 @@ def test_agent_client_disabled_closes_only_the_runtime(server, apply, session):
         ("POST", "/workspaces/legacy/turns", {"client_conversation_id": "c", "client_turn_id": "t",
                                               "user_message_id": "m", "user_input": "hi"}),
     ]:
-        refused(call(server, token, method, path, body), 404, "workspace_not_found")
+        refused(call(server, token, method, path, body), 403, "agent_client_disabled")
     surface = tools_surface(server, token, "legacy")
     assert surface["route"] == "legacy"
     assert sorted(t["name"] for t in surface["tools"]) == [
@@ -379,8 +394,8 @@ PROFILE_EDITS = [
     ("permission", lambda d: _route(d).update(permission="readonly"), True),
     ("knowledge.top_k", lambda d: _route(d)["agent_client"]["knowledge"].update(top_k=7), True),
     ("knowledge.enabled", lambda d: _route(d)["agent_client"]["knowledge"].update(enabled=False), True),
-    ("route name", lambda d: _route(d).update(name="Renamed desk"), False),
-    ("route description", lambda d: _route(d).update(description="Another text"), False),
+    ("route name", lambda d: _route(d).update(name="Renamed desk"), True),
+    ("route description", lambda d: _route(d).update(description="Another text"), True),
     ("target_config.model", lambda d: _route(d)["target_config"].update(model="model-b"), False),
     ("target_config.temperature", lambda d: _route(d)["target_config"].update(temperature=0.9), False),
     ("target_config.api_key", lambda d: _route(d)["target_config"].update(api_key="sk-new"), False),
@@ -406,9 +421,11 @@ def test_profile_revision_moves_exactly_with_what_the_profile_shows(server, appl
     assert report["changed"]["routes"] or report["changed"]["tool_providers"], report  # it landed
     after = bootstrap(server, first, "desk")
     assert (after["profile"]["revision"] != before["profile"]["revision"]) is changes
-    # The revision names exactly the profile body, no more and no less.
-    same_body = {k: v for k, v in after["profile"].items() if k != "revision"} == \
-        {k: v for k, v in before["profile"].items() if k != "revision"}
+    # The revision names exactly the workspace and the profile body, no more and no less.
+    def shown(body):
+        return body["workspace"], {k: v for k, v in body["profile"].items() if k != "revision"}
+
+    same_body = shown(after) == shown(before)
     assert same_body is not changes
     assert bootstrap(server, second, "desk")["profile"]["revision"] == after["profile"]["revision"]
 
@@ -519,30 +536,35 @@ def test_inline_knowledge_respects_top_k_and_max_docs(server, session, sql, know
     knowledge_hub(top_k=top_k, max_docs=max_docs)
     token = session(["kb"])
     context = turn(server, token, "kb", "refund")["context"]
-    assert context["knowledge_delivery"] == "inline"
-    knowledge = context["knowledge"]
-    assert knowledge["enabled"] is True and knowledge["trust"] == "reference_only"
-    items = knowledge["items"]
+    assert "knowledge_delivery" not in context  # echoed only when negotiated
+    items = context["knowledge"]
     # Three documents hold three "refund" chunks each, so the bounds decide the count exactly.
     assert len(items) == min(top_k, 3 * max_docs, 9)
     assert len({i["document"] for i in items}) <= max_docs
     assert {i["document"] for i in items} <= set(KNOWLEDGE_DOCS)
     texts = _chunk_texts(sql, "kb")
-    for item in items:
-        assert set(item) == {"chunk_id", "document", "title", "heading", "content", "truncated", "trust"}
+    for n, item in enumerate(items, start=1):
+        assert set(item) == {"ref", "chunk_id", "document", "title", "heading", "content", "truncated",
+                             "trust"}
+        assert item["ref"] == f"knowledge:{n}"
         assert item["trust"] == "reference_only"
         assert item["content"] == texts[item["chunk_id"]] and item["truncated"] is False
     assert len({i["chunk_id"] for i in items}) == len(items)
+    refs = context["knowledge_refs"]
+    assert [r["ref"] for r in refs] == [i["ref"] for i in items]
+    assert [r["title"] for r in refs] == [i["title"] for i in items]
+    assert all(isinstance(r["doc_id"], int) and isinstance(r["score"], (int, float)) for r in refs)
 
 
 def test_inline_knowledge_is_empty_when_nothing_matches_or_it_is_disabled(server, session, knowledge_hub):
     knowledge_hub()
     token = session(["kb", "kb-off"])
-    assert turn(server, token, "kb", "zzzz qqqq")["context"]["knowledge"]["items"] == []
-    assert turn(server, token, "kb", "parcel delays")["context"]["knowledge"]["items"][0]["document"] \
+    nothing = turn(server, token, "kb", "zzzz qqqq")["context"]
+    assert nothing["knowledge"] == [] and nothing["knowledge_refs"] == []
+    assert turn(server, token, "kb", "parcel delays")["context"]["knowledge"][0]["document"] \
         == "shipping.txt"
-    off = turn(server, token, "kb-off", "What is the refund rule?")["context"]["knowledge"]
-    assert off == {"trust": "reference_only", "enabled": False, "items": []}
+    off = turn(server, token, "kb-off", "What is the refund rule?")["context"]
+    assert off["knowledge"] == [] and off["knowledge_refs"] == []
 
 
 def test_on_demand_turns_get_bounded_hints_instead_of_bodies(server, session, sql, knowledge_hub):
@@ -554,15 +576,19 @@ def test_on_demand_turns_get_bounded_hints_instead_of_bodies(server, session, sq
     # Instructions, governance and memory are the same in both modes.
     for key in ("instructions", "governance", "memory"):
         assert context[key] == inline[key]
-    items = context["knowledge"]["items"]
-    assert [i["chunk_id"] for i in items] == [i["chunk_id"] for i in inline["knowledge"]["items"]]
+    assert "knowledge_delivery" not in inline
+    items = context["knowledge"]
+    assert [i["chunk_id"] for i in items] == [i["chunk_id"] for i in inline["knowledge"]]
+    assert [i["ref"] for i in items] == [i["ref"] for i in inline["knowledge"]]
+    assert context["knowledge_refs"] == inline["knowledge_refs"]
     assert len(items) == 9
     texts = _chunk_texts(sql, "kb")
     for item in items:
-        assert set(item) == {"chunk_id", "document", "title", "heading", "hint", "hint_truncated",
+        assert set(item) == {"ref", "chunk_id", "document", "title", "heading", "content", "hint_truncated",
                              "content_chars", "trust"}
         full = texts[item["chunk_id"]]
-        assert len(item["hint"]) <= 240 and item["hint"] == full[:240]
+        # The body is replaced by its bounded hint, in the same place every client reads.
+        assert len(item["content"]) <= 240 and item["content"] == full[:240]
         assert item["hint_truncated"] is (len(full) > 240)
         assert item["content_chars"] == len(full)
         assert item["trust"] == "reference_only"
@@ -696,7 +722,7 @@ def test_knowledge_endpoints_without_knowledge_are_unavailable(server, session, 
             404, "knowledge_unavailable")
     # A route outside the session's workspace is not even a workspace.
     refused(call(server, token, "POST", "/workspaces/kb/knowledge/search", {"query": "refund"}),
-            404, "workspace_not_found")
+            403, "route_not_allowed")
 
 
 # ----------------------------------------------------------------------------- capability search
@@ -726,9 +752,10 @@ def test_capability_search_returns_twelve_complete_tools_and_exact_discovery(ser
     surface = tools_surface(server, token, "ops")
     by_name = {t["name"]: t for t in surface["tools"]}
     assert len(by_name) > 12
-    body = ok(search(server, token, "ops", {"query": "inventory"}))
-    assert body["schema"] == "bailing.agent-capability-search.v1"
+    body = ok(search(server, token, "ops", {"query": "inventory", "limit": 12}))
+    assert body["schema_version"] == body["schema"] == "bailing.agent-capability-search.v1"
     assert body["route"] == "ops" and body["capability_revision"] == surface["capability_revision"]
+    assert body["query"] == "inventory"
     assert "run_id" not in body
     tools = body["tools"]
     assert len(tools) == 12
@@ -740,13 +767,25 @@ def test_capability_search_returns_twelve_complete_tools_and_exact_discovery(ser
     assert body["discovery"]["truncated"] is True and body["discovery"]["has_more"] is True
 
 
+def test_capability_search_returns_the_active_tool_limit_by_default(server, catalog, apply, session):
+    token = catalog[0]
+    authorized = len(tools_surface(server, token, "ops")["tools"])
+    body = ok(search(server, token, "ops", {"query": "inventory"}))
+    assert len(body["tools"]) == 8 and body["discovery"] == expected_discovery(8, authorized, 8)
+    apply(hub(route("ops", tools=copy.deepcopy(ALL_SCOPES),
+                    agent_client={"enabled": True, "active_tool_limit": 3})))
+    limited = ok(search(server, token, "ops", {"query": "inventory"}))
+    assert limited["discovery"] == expected_discovery(3, authorized, 3)
+    assert [t["name"] for t in limited["tools"]] == [t["name"] for t in body["tools"]][:3]
+
+
 def test_capability_search_ranks_inventory_tools_first_without_dropping_others(server, catalog):
     token = catalog[0]
-    names = [t["name"] for t in ok(search(server, token, "ops", {"query": "inventory"}))["tools"]]
+    names = [t["name"] for t in ok(search(server, token, "ops", {"query": "inventory", "limit": 12}))["tools"]]
     assert set(names[:4]) == {"inventory_adjust", "inventory_get", "inventory_reserve", "inventory_search"}
     # Zero-score tools still fill the result: customer tools never mention inventory.
     assert any(n.startswith("customer_") for n in names)
-    again = [t["name"] for t in ok(search(server, token, "ops", {"query": "inventory"}))["tools"]]
+    again = [t["name"] for t in ok(search(server, token, "ops", {"query": "inventory", "limit": 12}))["tools"]]
     assert again == names
 
 
@@ -754,8 +793,8 @@ def test_capability_search_ranks_inventory_tools_first_without_dropping_others(s
 def test_capability_search_for_an_unrelated_query_orders_by_name(server, catalog, query):
     token = catalog[0]
     all_names = sorted(t["name"] for t in tools_surface(server, token, "ops")["tools"])
-    first = ok(search(server, token, "ops", {"query": query}))
-    second = ok(search(server, token, "ops", {"query": query}))
+    first = ok(search(server, token, "ops", {"query": query, "limit": 12}))
+    second = ok(search(server, token, "ops", {"query": query, "limit": 12}))
     names = [t["name"] for t in first["tools"]]
     assert names == all_names[:12]  # all scores zero: ties broken by name, nothing dropped
     assert [t["name"] for t in second["tools"]] == names
@@ -769,7 +808,7 @@ def test_capability_search_limit(server, catalog, limit):
     body = ok(search(server, token, "ops", {"query": "order", "limit": limit}))
     assert len(body["tools"]) == limit
     assert body["discovery"] == expected_discovery(limit, authorized, limit)
-    full = ok(search(server, token, "ops", {"query": "order"}))
+    full = ok(search(server, token, "ops", {"query": "order", "limit": 12}))
     assert [t["name"] for t in body["tools"]] == [t["name"] for t in full["tools"]][:limit]
 
 
@@ -778,19 +817,21 @@ def test_capability_search_in_a_small_catalog_is_not_truncated(server, catalog):
     body = ok(search(server, token, "desk", {"query": "inventory"}))
     assert sorted(t["name"] for t in body["tools"]) == [
         "customer_contacts_list", "customer_get", "customer_search"]
-    assert body["discovery"] == expected_discovery(3, 3, 12)
+    assert body["discovery"] == expected_discovery(3, 3, 8)
     limited = ok(search(server, token, "desk", {"query": "customer", "limit": 2}))
     assert limited["discovery"] == expected_discovery(2, 3, 2)
-    empty = ok(search(server, token, "handbook", {"query": "customer"}))
+    empty = ok(search(server, token, "handbook", {"query": "customer", "limit": 12}))
     assert empty["tools"] == [] and empty["discovery"] == expected_discovery(0, 0, 12)
 
 
 @pytest.mark.parametrize("body", [
-    {}, {"query": ""}, {"query": "   "}, {"query": 5}, {"query": "x" * 1001}, {"run_id": ""},
+    {}, {"query": ""}, {"query": "   "}, {"query": 5}, {"query": "x" * 2001}, {"query": "a\x07b"},
+    {"run_id": ""}, {"run_id": "not-a-uuid"}, {"run_id": str(uuid.uuid4()).replace("-4", "-6", 1)},
     {"query": "order", "limit": 0}, {"query": "order", "limit": 13}, {"query": "order", "limit": "3"},
     {"query": "order", "limit": True}, {"query": "order", "route": "ops"},
-], ids=["empty-body", "empty-query", "blank-query", "query-number", "query-too-long", "empty-run-id",
-        "limit-0", "limit-13", "limit-text", "limit-bool", "unknown-field"])
+], ids=["empty-body", "empty-query", "blank-query", "query-number", "query-too-long", "query-control",
+        "empty-run-id", "run-id-not-uuid", "run-id-v6", "limit-0", "limit-13", "limit-text", "limit-bool",
+        "unknown-field"])
 def test_capability_search_refuses_bad_requests(server, catalog, body):
     refused(search(server, catalog[0], "ops", body), 400, "invalid_request")
 
@@ -816,7 +857,7 @@ def test_capability_search_refuses_a_run_of_another_session_or_route(server, cat
     mine, theirs = catalog
     other_session_run = turn(server, theirs, "ops", "inventory")["run_id"]
     other_route_run = turn(server, mine, "desk", "inventory")["run_id"]
-    for run_id in (other_session_run, other_route_run, str(uuid.uuid4()), "not-a-uuid"):
+    for run_id in (other_session_run, other_route_run, str(uuid.uuid4())):
         refused(search(server, mine, "ops", {"run_id": run_id}), 404, "run_not_found")
         refused(search(server, mine, "ops", {"run_id": run_id, "query": "inventory"}), 404, "run_not_found")
     assert ok(search(server, theirs, "ops", {"run_id": other_session_run}))["run_id"] == other_session_run
@@ -824,12 +865,12 @@ def test_capability_search_refuses_a_run_of_another_session_or_route(server, cat
 
 def test_a_task_enrolled_session_must_search_with_its_run_id(server, catalog, session):
     token = session(["ops"], task_enrolled=True)
-    body = refused(search(server, token, "ops", {"query": "inventory"}), 400, "invalid_request")
-    assert [p["path"] for p in body["problems"]] == ["run_id"]
-    binding = {"schema": "bailing.agent-task-binding.v1", "task_id": "task-1", "scope_hash": "a" * 64}
+    refused(search(server, token, "ops", {"query": "inventory"}), 409, "TASK_REQUIRED")
+    binding = {"schema_version": "bailing.agent-task-binding.v1", "task_id": str(uuid.uuid4()),
+               "scope_hash": "a" * 64}
     run_id = turn(server, token, "ops", "inventory", task_binding=binding)["run_id"]
     found = ok(search(server, token, "ops", {"run_id": run_id}))
-    assert found["run_id"] == run_id and len(found["tools"]) == 12
+    assert found["run_id"] == run_id and len(found["tools"]) == 8
     assert ok(search(server, token, "ops", {"run_id": run_id, "query": "order"}))["run_id"] == run_id
 
 

@@ -1,25 +1,38 @@
-"""/agent-api/v1 Runtime endpoints: workspaces, bootstrap, turns, capability search, knowledge,
-run completion. Every call revalidates session, client, route and audience."""
+"""/agent-api/v1 Runtime endpoints: workspaces, bootstrap, system-info, turns, capability search,
+knowledge, run completion. Every call passes the route gate (identity.workspace) again."""
 from __future__ import annotations
 
 from flask import Blueprint, g, jsonify
-from sqlalchemy import select
 
 from ..catalog.projection import project
-from ..catalog.search import SEARCH_LIMIT, discovery, rank
 from ..errors import ApiError, invalid_request
 from ..identity.workspace import resolve_route, workspace_routes
-from ..runtime import knowledge, profile
-from ..runtime.models import Message
-from ..runtime.turns import complete_run, find_run, prepare_turn
-from ..validation import Checker
+from ..invocations.service import envelope_too_large
+from ..runtime import capability_search, knowledge, profile
+from ..runtime.system_info import system_info as describe_system
+from ..runtime.turns import complete_run, prepare_turn
+from ..validation import RESOURCE_KEY, Checker
 from .auth import agent_session_required
 from .body import read_json_object
 
 bp = Blueprint("agent_runtime", __name__, url_prefix="/agent-api/v1")
 
 RUNTIME_BODY_MAX = 512 * 1024  # turns and complete, as the spec sets it
+SEARCH_BODY_MAX = 8 * 1024
 SMALL_BODY_MAX = 64 * 1024
+
+
+def _body(max_bytes: int) -> dict:
+    # Every agent-api body over its cap is one refusal, the code the official client knows.
+    return read_json_object(max_bytes, envelope_too_large)
+
+
+def _path_route(route_key: str) -> str:
+    """A path segment that cannot be a route key names no endpoint at all (`auto` can, and is
+    refused by the gate)."""
+    if RESOURCE_KEY.fullmatch(route_key) is None:
+        raise ApiError(404, "not_found", "No such endpoint.")
+    return route_key
 
 
 def _runtime_route(route_key: str):
@@ -30,80 +43,53 @@ def _runtime_route(route_key: str):
 @agent_session_required
 def workspaces():
     routes = workspace_routes(g.db, g.agent_session, "runtime")
-    return jsonify({"schema": "bailing.agent-workspace-list.v1", "workspaces": [
-        {"route": r.route_key, "name": r.name, "description": r.description} for r in routes]})
+    return jsonify({"schema_version": profile.WORKSPACES_SCHEMA, "workspaces": [
+        profile.workspace_entry(g.db, r, project(g.db, r, g.agent_session)) for r in routes]})
 
 
 @bp.get("/workspaces/<route_key>/bootstrap")
 @agent_session_required
 def bootstrap(route_key: str):
-    route = _runtime_route(route_key)
+    route = _runtime_route(_path_route(route_key))
     return jsonify(profile.bootstrap(g.db, route, project(g.db, route, g.agent_session)))
+
+
+@bp.get("/workspaces/<route_key>/system-info")
+@agent_session_required
+def system_info(route_key: str):
+    route = resolve_route(g.db, g.agent_session, _path_route(route_key), "system")
+    return jsonify(describe_system(g.agent_session, route))
 
 
 @bp.post("/workspaces/<route_key>/turns")
 @agent_session_required
 def turns(route_key: str):
-    body = read_json_object(RUNTIME_BODY_MAX)
+    _path_route(route_key)
+    body = _body(RUNTIME_BODY_MAX)
     route = _runtime_route(route_key)
     return jsonify(prepare_turn(g.db, g.agent_session, route, body))
 
 
 @bp.post("/workspaces/<route_key>/capabilities/search")
 @agent_session_required
-def capability_search(route_key: str):
-    body = read_json_object(SMALL_BODY_MAX)
+def capability_search_view(route_key: str):
+    _path_route(route_key)
+    body = _body(SEARCH_BODY_MAX)
     route = _runtime_route(route_key)
-    checker = Checker()
-    checker.obj(body, "", optional=("query", "run_id", "limit"))
-    if "query" in body:
-        checker.string(body["query"], "query", max_len=1000)
-    if "run_id" in body:
-        checker.string(body["run_id"], "run_id", min_len=1, max_len=64)
-    if "limit" in body:
-        checker.integer(body["limit"], "limit", minimum=1, maximum=SEARCH_LIMIT)
-    query = body.get("query") if isinstance(body.get("query"), str) else ""
-    if not checker.problems and not query.strip() and "run_id" not in body:
-        checker.add("query", "a non-empty query or a run_id is required")
-    if not checker.problems and g.agent_session.task_enrolled and "run_id" not in body:
-        checker.add("run_id", "a task-bound session must search with its original run_id")
-    if checker.problems:
-        raise invalid_request(checker)
-    if "run_id" in body:
-        run = find_run(g.db, g.agent_session, body["run_id"])
-        if run.route_key != route.route_key:
-            raise ApiError(404, "run_not_found", "No such run for this session.")
-        if not query.strip():
-            query = g.db.scalar(select(Message.content).where(Message.run_id == run.id,
-                                                              Message.role == "user"))
-    projection = project(g.db, route, g.agent_session)
-    limit = body.get("limit", SEARCH_LIMIT)
-    found = rank(projection, query)[:limit]
-    response = {
-        "schema": "bailing.agent-capability-search.v1",
-        "route": route.route_key,
-        "capability_revision": projection.revision,
-        "tools": [v.projection() for v in found],
-        "discovery": discovery(len(found), len(projection.tools), limit),
-    }
-    if "run_id" in body:
-        response["run_id"] = body["run_id"]
-    return jsonify(response)
+    return jsonify(capability_search.search(g.db, g.agent_session, route, body))
 
 
 @bp.post("/runs/<run_id>/complete")
 @agent_session_required
 def complete(run_id: str):
-    body = read_json_object(RUNTIME_BODY_MAX)
-    run = find_run(g.db, g.agent_session, run_id, lock=True)
-    _runtime_route(run.route_key)  # the route must still be in this session's workspace
-    return jsonify(complete_run(g.db, g.agent_session, run, body))
+    body = _body(RUNTIME_BODY_MAX)
+    return jsonify(complete_run(g.db, g.agent_session, run_id, body))
 
 
 # ------------------------------------------------------------------ knowledge (on demand)
 
 def _knowledge_route(route_key: str):
-    route = _runtime_route(route_key)
+    route = _runtime_route(_path_route(route_key))
     settings = profile.knowledge_settings(g.db, route)
     return route, settings
 
@@ -138,7 +124,7 @@ def _enabled(settings: dict) -> None:
 @bp.post("/workspaces/<route_key>/knowledge/search")
 @agent_session_required
 def knowledge_search(route_key: str):
-    body = read_json_object(SMALL_BODY_MAX)
+    body = _body(SMALL_BODY_MAX)
     route, settings = _knowledge_route(route_key)
     checker = Checker()
     checker.obj(body, "", required=("query",), optional=("limit",))
@@ -161,7 +147,7 @@ def knowledge_search(route_key: str):
 @bp.post("/workspaces/<route_key>/knowledge/read")
 @agent_session_required
 def knowledge_read(route_key: str):
-    body = read_json_object(SMALL_BODY_MAX)
+    body = _body(SMALL_BODY_MAX)
     route, settings = _knowledge_route(route_key)
     checker = Checker()
     checker.obj(body, "", required=("chunk_id",), optional=("offset",))

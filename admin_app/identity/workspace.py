@@ -1,8 +1,19 @@
-"""Which routes a session may use: the workspace.
+"""The route gate: which routes a session may use, and why not.
 
-Workspace = client allowed_routes ∩ session allowed_routes ∩ enabled, audience-compatible routes.
-The Runtime surface additionally needs `agent_client.enabled`; the business-tool surface needs
-`tools.agent_direct.enabled`. Any route outside it is answered like a route that does not exist.
+Checks run in a fixed order and the first failure answers, with a code the official client
+recognises:
+
+    1. the route key is malformed or `auto`                    400 invalid_route
+    2. not in the client's or the session's allowed_routes     403 route_not_allowed
+    3. the route is missing or disabled                        404 route_unavailable
+    4. (tool surface) no enabled `tools.agent_direct`          403 agent_direct_disabled
+    5. the route's audience rejects the session's principal    403 audience_not_allowed
+    6. (runtime surface) no enabled `agent_client`             403 agent_client_disabled
+
+A route that is not allowed is refused before its existence is looked at, so a session learns
+nothing about routes outside its lists. The `system` surface (system-info) needs neither
+`agent_client` nor `agent_direct`. The runtime surface does not need `agent_direct`: a
+knowledge-only workspace bootstraps and prepares turns with an empty business tool catalog.
 """
 from __future__ import annotations
 
@@ -12,10 +23,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..errors import ApiError
-from ..validation import RESOURCE_KEY
+from ..validation import RESERVED_ROUTES, RESOURCE_KEY
 from .models import AgentSession, ClientApp, Route
 
-Surface = Literal["runtime", "tools"]
+Surface = Literal["runtime", "tools", "system"]
 
 
 def _matches(allowed: list, value) -> bool:
@@ -40,36 +51,74 @@ def audience_allows(policy: dict, principal: dict | None) -> bool:
             and _matches(policy.get("audiences", []), principal.get("audience")))
 
 
-def surface_enabled(route: Route, surface: Surface) -> bool:
-    if surface == "runtime":
-        return bool((route.agent_client or {}).get("enabled", False))
+def agent_client_enabled(route: Route) -> bool:
+    return bool((route.agent_client or {}).get("enabled", False))
+
+
+def agent_direct_enabled(route: Route) -> bool:
     return bool(((route.tools or {}).get("agent_direct") or {}).get("enabled", False))
 
 
-def route_usable(route: Route, session: AgentSession, client: ClientApp) -> bool:
-    return (route.enabled
-            and route.route_key in client.allowed_routes
-            and route.route_key in session.allowed_routes
-            and audience_allows(route.audience or {}, session.principal))
+def surface_enabled(route: Route, surface: Surface) -> bool:
+    if surface == "runtime":
+        return agent_client_enabled(route)
+    if surface == "tools":
+        return agent_direct_enabled(route)
+    return True
 
 
-def workspace_routes(db: Session, session: AgentSession, surface: Surface) -> list[Route]:
-    client = db.scalar(select(ClientApp).where(ClientApp.app_id == session.client_app_id))
-    if client is None:
-        return []
-    keys = sorted(set(client.allowed_routes) & set(session.allowed_routes))
-    routes = db.scalars(select(Route).where(Route.route_key.in_(keys)).order_by(Route.route_key))
-    return [r for r in routes if route_usable(r, session, client) and surface_enabled(r, surface)]
+def well_formed(route_key) -> bool:
+    return isinstance(route_key, str) and RESOURCE_KEY.fullmatch(route_key) is not None \
+        and route_key not in RESERVED_ROUTES
+
+
+def _listed(allowed: list[str] | None, route_key: str) -> bool:
+    allowed = allowed or []
+    return route_key in allowed or "*" in allowed
+
+
+def _client(db: Session, session: AgentSession) -> ClientApp | None:
+    return db.scalar(select(ClientApp).where(ClientApp.app_id == session.client_app_id))
+
+
+def refusal(route: Route | None, session: AgentSession, client: ClientApp | None, route_key,
+            surface: Surface) -> ApiError | None:
+    """The gate's answer for this route, or None when the session may use it."""
+    if not well_formed(route_key):
+        return ApiError(400, "invalid_route", "The route key is not a valid route.")
+    if client is None or not _listed(client.allowed_routes, route_key) \
+            or not _listed(session.allowed_routes, route_key):
+        return ApiError(403, "route_not_allowed", "This session is not allowed to use this route.")
+    if route is None or not route.enabled:
+        return ApiError(404, "route_unavailable", "The route is unavailable.")
+    if surface == "tools" and not agent_direct_enabled(route):
+        return ApiError(403, "agent_direct_disabled", "Business tools are not enabled on this route.")
+    if not audience_allows(route.audience or {}, session.principal):
+        return ApiError(403, "audience_not_allowed", "This route's audience does not include this session.")
+    if surface == "runtime" and not agent_client_enabled(route):
+        return ApiError(403, "agent_client_disabled",
+                        "The Agent Client Runtime is not enabled on this route.")
+    return None
 
 
 def resolve_route(db: Session, session: AgentSession, route_key: str, surface: Surface) -> Route:
-    """The route when it is in the session's workspace for this surface; otherwise the same 404
-    whether the route is missing, disabled, not allowed or outside the audience."""
-    client = db.scalar(select(ClientApp).where(ClientApp.app_id == session.client_app_id))
-    # A key that cannot name a route (a NUL byte would even fail the query) is simply not found.
-    well_formed = isinstance(route_key, str) and RESOURCE_KEY.fullmatch(route_key) is not None
-    route = db.scalar(select(Route).where(Route.route_key == route_key)) if well_formed else None
-    if client is None or route is None or not route_usable(route, session, client) \
-            or not surface_enabled(route, surface):
-        raise ApiError(404, "workspace_not_found", "No such workspace for this session.")
+    """The route when the session may use it on this surface; otherwise the gate's refusal."""
+    client = _client(db, session)
+    route = db.scalar(select(Route).where(Route.route_key == route_key)) if well_formed(route_key) else None
+    refused = refusal(route, session, client, route_key, surface)
+    if refused is not None:
+        raise refused
     return route
+
+
+def workspace_routes(db: Session, session: AgentSession, surface: Surface) -> list[Route]:
+    """Every route that passes the whole gate for this surface, by key; the others are skipped."""
+    client = _client(db, session)
+    if client is None:
+        return []
+    query = select(Route).order_by(Route.route_key)
+    for allowed in (client.allowed_routes or [], session.allowed_routes or []):
+        if "*" not in allowed:
+            query = query.where(Route.route_key.in_(allowed))
+    routes = db.scalars(query)
+    return [r for r in routes if refusal(r, session, client, r.route_key, surface) is None]

@@ -14,9 +14,11 @@ from ..canonical import utc_now
 from ..catalog.search import tokens
 from ..errors import ApiError
 from .models import KnowledgeChunk, KnowledgeDocument
+from .profile import safe_text
 
 CHUNK_CHARS = 1200
-INLINE_CONTENT_CHARS = 2000
+INLINE_CONTENT_CHARS = 3000  # a chunk's text inline in a turn
+TURN_TITLE_CHARS = 300
 HINT_CHARS = 240
 READ_MAX_CHARS = 16000
 SEARCH_MAX_RESULTS = 20
@@ -129,11 +131,29 @@ def search(db: Session, route_key: str, query: str, top_k: int, max_docs: int) -
     return results
 
 
-def inline_item(row: dict) -> dict:
-    content = row["content"][:INLINE_CONTENT_CHARS]
-    return {"chunk_id": row["id"], "document": row["name"], "title": row["title"],
-            "heading": row["heading"], "content": content,
-            "truncated": len(content) < len(row["content"]), "trust": "reference_only"}
+def _turn_item(index: int, row: dict, on_demand: bool) -> dict:
+    """One entry of a turn's `context.knowledge`: `ref`, `title` and `content` as every client
+    reads them. Inline, `content` is the chunk's text; negotiated on demand, it is only the
+    bounded hint, and `chunk_id` says what to read with knowledge/read."""
+    item = {"ref": f"knowledge:{index}", "title": safe_text(row["title"], TURN_TITLE_CHARS)}
+    if on_demand:
+        hint = row["content"][:HINT_CHARS]
+        item.update({"content": hint, "hint_truncated": len(hint) < len(row["content"]),
+                     "content_chars": len(row["content"])})
+    else:
+        content = row["content"][:INLINE_CONTENT_CHARS]
+        item.update({"content": content, "truncated": len(content) < len(row["content"])})
+    item.update({"chunk_id": row["id"], "document": row["name"], "heading": row["heading"],
+                 "trust": "reference_only"})
+    return item
+
+
+def turn_knowledge(rows: list[dict], on_demand: bool) -> tuple[list[dict], list[dict]]:
+    """`context.knowledge` and `context.knowledge_refs` of a turn, best first."""
+    items = [_turn_item(i, row, on_demand) for i, row in enumerate(rows, start=1)]
+    refs = [{"ref": item["ref"], "doc_id": row["document_id"], "title": item["title"],
+             "score": round(float(row["rank"]), 6)} for item, row in zip(items, rows)]
+    return items, refs
 
 
 def hint_item(row: dict) -> dict:

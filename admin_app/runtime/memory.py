@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..canonical import canonical_json
+from ..canonical import canonical_json, iso
 from .models import Message
 
 SUMMARY_SCHEMA = "bailing.authorization-execution-summary.v1"
@@ -66,7 +66,7 @@ def _summary_entry(message: Message, facts: dict, room: int) -> dict:
     records = list(facts["invocations"])
     while True:
         entry = {
-            "role": "assistant", "message_id": message.message_id,
+            "role": "assistant", "message_id": message.message_id, "created_at": iso(message.created_at),
             "kind": "authorization_execution_summary", "source": "agent_client",
             "trust": "reference_only", "schema": SUMMARY_SCHEMA,
             "invocations": records, "total": facts["total"],
@@ -76,8 +76,8 @@ def _summary_entry(message: Message, facts: dict, room: int) -> dict:
             return entry
         if not records:
             return {"role": "assistant", "message_id": message.message_id,
-                    "kind": "authorization_execution_summary", "source": "agent_client",
-                    "trust": "reference_only", "omitted_notice": True,
+                    "created_at": iso(message.created_at), "kind": "authorization_execution_summary",
+                    "source": "agent_client", "trust": "reference_only", "omitted_notice": True,
                     "notice": "An execution summary was omitted by memory limits; inspect the "
                               "original invocations.",
                     "total": facts["total"]}
@@ -112,7 +112,7 @@ def recent(db: Session, thread_id: int | None, settings: dict) -> dict:
         else:
             text = message.content[:per_message]
             entry = {"role": message.role, "message_id": message.message_id, "content": text,
-                     "truncated": len(text) < len(message.content)}
+                     "created_at": iso(message.created_at), "truncated": len(text) < len(message.content)}
         size = _entry_size(entry)
         if used + size > budget:
             break
@@ -120,6 +120,13 @@ def recent(db: Session, thread_id: int | None, settings: dict) -> dict:
         entries.append(entry)
     omitted = len(messages) - len(entries)
     entries.reverse()
-    return {"recent": entries, "omitted_messages": omitted,
+    # The hub keeps no conversation summaries: `summary` is always null.
+    return {"summary": None, "recent": entries, "omitted_messages": omitted,
             "limits": {"recent_messages": limit, "recent_budget_chars": budget,
                        "per_message_chars": per_message}}
+
+
+def refs(thread_id: int, memory: dict) -> list[dict]:
+    """`context.memory_refs`: where the memory came from. Without summaries nothing is folded
+    away, so `summary_upto_id` is 0."""
+    return [{"thread_id": thread_id, "summary_upto_id": 0, "prior_messages": len(memory["recent"])}]

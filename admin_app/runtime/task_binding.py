@@ -1,0 +1,50 @@
+"""The trusted `task_binding` of a turn, and the rule that a task-enrolled session cannot act
+without one.
+
+A binding is exactly `{schema_version, task_id, scope_hash}`; its task id is normalised to lower
+case. The hub keeps no task tables: an admitted binding is frozen with the run and echoed at the
+top level of the turn context, and a session enrolled by `sessions issue --task-enrolled` must
+bind every turn, and search only with a bound run.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..conversation_audit.values import UUID
+from ..errors import ApiError
+from ..identity.models import AgentSession
+
+SCHEMA = "bailing.agent-task-binding.v1"
+FIELDS = ("schema_version", "task_id", "scope_hash")
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _invalid(message: str) -> ApiError:
+    return ApiError(400, "TASK_INVALID_INPUT", message)
+
+
+def parse(value: Any) -> dict:
+    """The normalised binding, or the task-control refusal: 400 for a bad shape, 501 for a
+    binding schema this hub does not know."""
+    if not isinstance(value, dict) or set(value) != set(FIELDS):
+        raise _invalid("task_binding must be exactly {schema_version, task_id, scope_hash}.")
+    if not isinstance(value["schema_version"], str):
+        raise _invalid("task_binding.schema_version must be a string.")
+    if value["schema_version"] != SCHEMA:
+        raise ApiError(501, "TASK_UNSUPPORTED", "This task binding schema is not supported.")
+    task_id, scope_hash = value["task_id"], value["scope_hash"]
+    if not isinstance(task_id, str) or not UUID.fullmatch(task_id):
+        raise _invalid("task_binding.task_id must be a UUID (versions 1 to 5).")
+    if not isinstance(scope_hash, str) or not HEX64.fullmatch(scope_hash):
+        raise _invalid("task_binding.scope_hash must be 64 lowercase hex digits.")
+    return {"schema_version": SCHEMA, "task_id": task_id.lower(), "scope_hash": scope_hash}
+
+
+def task_required() -> ApiError:
+    return ApiError(409, "TASK_REQUIRED", "This session is enrolled in a task: act through a bound run.")
+
+
+def require_binding(session: AgentSession, binding: dict | None) -> None:
+    if binding is None and session.task_enrolled:
+        raise task_required()
