@@ -160,12 +160,46 @@ def check_audience(checker: Checker, value: Any, path: str) -> None:
             checker.string_list(value[key], join(path, key), max_items=1000)
 
 
+# The official client refuses system-info text that is blank or holds any control character.
+_SYSTEM_INFO_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _system_info_text(checker: Checker, value: Any, path: str, max_len: int) -> None:
+    if checker.string(value, path, min_len=1, max_len=max_len) is None:
+        return
+    if not value.strip() or _SYSTEM_INFO_CONTROL.search(value):
+        checker.add(path, "must be one non-blank line without control characters")
+
+
+def check_system_info(checker: Checker, value: Any, path: str) -> None:
+    """What system-info tells agents about the business system, within the official client's
+    limits: name 120, summary 400, up to 6 domains of 120 and 6 boundaries of 160 characters."""
+    if checker.obj(value, path, required=("name", "summary"), optional=("domains", "boundaries")) is None:
+        return
+    for key, max_len in (("name", 120), ("summary", 400)):
+        if key in value:
+            _system_info_text(checker, value[key], join(path, key), max_len)
+    for key, max_len in (("domains", 120), ("boundaries", 160)):
+        if key not in value:
+            continue
+        if not isinstance(value[key], list) or len(value[key]) > 6:
+            checker.add(join(path, key), "must be a list of at most 6 texts")
+            continue
+        for i, item in enumerate(value[key]):
+            _system_info_text(checker, item, join(join(path, key), i), max_len)
+
+
 def check_agent_client(checker: Checker, value: Any, path: str) -> None:
     if checker.obj(value, path, required=("enabled",),
-                   optional=("instructions", "memory", "knowledge", "max_tool_calls")) is None:
+                   optional=("instructions", "memory", "knowledge", "max_tool_calls",
+                             "active_tool_limit", "system_info")) is None:
         return
     if "enabled" in value:
         checker.boolean(value["enabled"], join(path, "enabled"))
+    if "active_tool_limit" in value:  # the official client takes at most 12 active tools
+        checker.integer(value["active_tool_limit"], join(path, "active_tool_limit"), minimum=1, maximum=12)
+    if "system_info" in value:
+        check_system_info(checker, value["system_info"], join(path, "system_info"))
     if "instructions" in value:
         checker.string(value["instructions"], join(path, "instructions"), max_len=32000)
     if "max_tool_calls" in value:

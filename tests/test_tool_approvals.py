@@ -97,7 +97,7 @@ class Desk:
     def invoke(self, tool: str, arguments: dict, invocation_id: str | None = None,
                token: str | None = None) -> dict:
         self.counter += 1
-        envelope = {"invocation_id": invocation_id or f"inv-{self.counter}-{uuid.uuid4().hex[:8]}",
+        envelope = {"invocation_id": invocation_id or uuid.uuid4().hex + uuid.uuid4().hex,
                     "route": "desk", "capability_revision": self.revision(token), "tool": tool,
                     "arguments": arguments}
         response = self.server.post(
@@ -360,7 +360,7 @@ def test_queue_lists_pending_first_then_by_creation(desk):
 
 
 BAD_QUERIES = {
-    "unknown-status": {"status": "approved"},
+    "unknown-status": {"status": "approve"},
     "empty-status": {"status": ""},
     "upper-status": {"status": "ALL"},
     "limit-0": {"limit": "0"},
@@ -421,12 +421,15 @@ def test_approving_with_the_reviewed_hash_records_who_when_and_why(desk, busines
     assert before <= parse_time(decided["decided_at"]) <= datetime.now(timezone.utc) + timedelta(seconds=5)
     assert parse_time(decided["decided_at"]) >= parse_time(decided["created_at"])
     assert decided["consumed_at"] is None
+    # The decision answers as upstream does (`ok`, `rerun`) beside the approval as it now stands.
+    assert decided.pop("ok") is True and decided.pop("rerun") is False
     assert desk.approval(out["approval"]["id"]) == decided
     # Approval alone sends nothing; the agent's resume does.
     assert business.executions() == []
     receipt = desk.receipt(out["invocation_id"])
-    assert receipt["status"] == "awaiting_approval" and receipt["approval"]["state"] == "approved"
-    assert receipt["journal"] is None
+    assert receipt["result"]["status"] == "awaiting_approval"
+    assert receipt["approval"] == {"status": "approved", "approval_id": out["approval_id"]}
+    assert receipt["journal_state"] == "absent"
 
 
 def _other_hash(out: dict) -> str:
@@ -449,7 +452,7 @@ def test_a_stale_hash_is_409_and_leaves_the_approval_pending(desk, business, dec
     assert error_of(response) == "approval_snapshot_changed"
     item = desk.approval(out["approval"]["id"])
     assert item["status"] == "pending" and item["decided_by"] is None and item["decided_at"] is None
-    assert desk.receipt(out["invocation_id"])["status"] == "awaiting_approval"
+    assert desk.receipt(out["invocation_id"])["result"]["status"] == "awaiting_approval"
     assert business.executions() == []
 
 
@@ -485,7 +488,7 @@ def test_deny_needs_a_reason(desk, business, reason):
     assert error_of(response) == "invalid_request"
     assert [p["path"] for p in response.json()["problems"]] == ["reason"]
     assert desk.approval(out["approval"]["id"])["status"] == "pending"
-    assert desk.receipt(out["invocation_id"])["status"] == "awaiting_approval"
+    assert desk.receipt(out["invocation_id"])["result"]["status"] == "awaiting_approval"
 
 
 SECOND_DECISIONS = [("approve", "approve"), ("approve", "deny"), ("deny", "approve"), ("deny", "deny")]
@@ -532,7 +535,8 @@ def test_a_denied_call_never_reaches_the_business_system(desk, business, tool, a
     again = desk.invoke(tool, arguments, invocation_id=out["invocation_id"])
     assert again["status"] == "denied" and again["approval"]["id"] == out["approval"]["id"]
     receipt = desk.receipt(out["invocation_id"])
-    assert receipt["status"] == "denied" and receipt["journal"] is None
+    assert receipt["result"]["status"] == "denied" and receipt["journal_state"] == "absent"
+    assert receipt["approval"] == {"status": "denied", "approval_id": out["approval_id"]}
     assert desk.approval(out["approval"]["id"])["consumed_at"] is None
     assert business.executions() == []
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ BASE = "/agent-api/v1/tool-invocations"
 ROUTE = "desk"
 SUBJECT = "tenant-7:user-42"
 SCHEMA = "bailing.agent-tool-invocation.v1"
+RECEIPT_SCHEMA = "bailing.agent-invocation-receipt.v1"
 ARGS_MAX = 1_048_576
 ENVELOPE_MAX = 2_097_152
 STATUSES = {"executed", "business_rejected", "awaiting_approval", "denied", "rejected_before_dispatch",
@@ -41,6 +43,13 @@ CANCEL = {"order_id": "ORD-000001", "reason": "duplicate"}
 
 
 # ----------------------------------------------------------------------------- helpers
+
+def iid(label: str) -> str:
+    """The 64-hex invocation id a test names by a readable label."""
+    if re.fullmatch(r"[0-9a-f]{64}", label):
+        return label
+    return hashlib.sha256(label.encode("utf-8")).hexdigest()
+
 
 def canonical(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -125,7 +134,7 @@ class Agent:
         if invocation_id is None:
             self.counter += 1
             invocation_id = f"inv-{tool}-{self.counter}"
-        body = {"invocation_id": invocation_id, "route": ROUTE, "capability_revision": self.revision(),
+        body = {"invocation_id": iid(invocation_id), "route": ROUTE, "capability_revision": self.revision(),
                 "tool": tool, "arguments": arguments}
         body.update(extra)
         return body
@@ -141,24 +150,37 @@ class Agent:
         return invocation(response)
 
     def resume_raw(self, invocation_id: str) -> requests.Response:
-        return self.server.post(f"{BASE}/{invocation_id}/resume", json={}, headers=self.headers)
+        return self.server.post(f"{BASE}/{iid(invocation_id)}/resume", json={}, headers=self.headers)
 
     def resume(self, invocation_id: str) -> dict:
         return invocation(self.resume_raw(invocation_id))
 
     def receipt_raw(self, invocation_id: str) -> requests.Response:
-        return self.server.get(f"{BASE}/{invocation_id}/receipt", headers=self.headers)
+        return self.server.get(f"{BASE}/{iid(invocation_id)}/receipt", headers=self.headers)
 
     def receipt(self, invocation_id: str) -> dict:
-        return invocation(self.receipt_raw(invocation_id))
+        """The receipt, with the invocation it holds checked like any other answer."""
+        response = self.receipt_raw(invocation_id)
+        assert response.status_code == 200, response.text[:1000]
+        body = response.json()
+        assert body["schema_version"] == RECEIPT_SCHEMA
+        assert body["read_only"] is True and body["business_operation_performed"] is False
+        assert body["invocation_id"] == iid(invocation_id)
+        checked_invocation(body["result"])
+        return body
 
 
 def invocation(response: requests.Response) -> dict:
     assert response.status_code == 200, response.text[:1000]
-    body = response.json()
-    assert body["schema"] == SCHEMA
-    assert body["status"] in STATUSES
-    assert body["auto_retry_allowed"] is False
+    return checked_invocation(response.json())
+
+
+def checked_invocation(body: dict) -> dict:
+    assert body["schema_version"] == SCHEMA
+    assert body["status"] == body["state"] and body["state"] in STATUSES
+    assert body["ok"] is (body["state"] == "executed")
+    # Only a call still running elsewhere may be retried as it is.
+    assert body["auto_retry_allowed"] is (body["state"] == "in_progress")
     return body
 
 
@@ -178,7 +200,7 @@ def stored(sql) -> dict:
 
 
 def job_id_of(sql, invocation_id: str) -> str:
-    rows = sql("SELECT id::text FROM bz_tool_invocations WHERE invocation_id = %s", (invocation_id,))
+    rows = sql("SELECT id::text FROM bz_tool_invocations WHERE invocation_id = %s", (iid(invocation_id),))
     assert len(rows) == 1
     return rows[0][0]
 
@@ -382,7 +404,7 @@ def test_envelope_of_exactly_two_mib_is_accepted(agent, business, sql, framing):
 
 def test_a_readonly_call_is_executed_once_and_replayed_for_the_same_invocation(agent, business, sql):
     first = agent.invoke("customer_get", CUSTOMER, "inv-read")
-    assert first["invocation_id"] == "inv-read"
+    assert first["invocation_id"] == iid("inv-read")
     assert first["tool"] == "customer_get"
     assert first["status"] == "executed"
     assert first["result"]["http_status"] == 200
@@ -439,6 +461,8 @@ def test_arguments_must_be_an_object(agent, business, sql, arguments):
     {"remove": "invocation_id"}, {"remove": "route"}, {"remove": "capability_revision"},
     {"remove": "tool"}, {"remove": "arguments"},
     {"invocation_id": ""}, {"invocation_id": "a\nb"}, {"invocation_id": "x" * 192},
+    {"invocation_id": "A" * 64}, {"invocation_id": "a" * 63}, {"invocation_id": "inv-readable"},
+    {"tool": "customer.get"}, {"route": 7}, {"agent_run_id": "not-a-uuid"},
     {"capability_revision": "abc"}, {"run_id": "not-a-uuid"}, {"run_id": 5},
 ])
 def test_malformed_invocation_requests_are_400(agent, business, sql, change):
@@ -454,8 +478,9 @@ def test_malformed_invocation_requests_are_400(agent, business, sql, change):
 
 def test_an_invocation_without_a_json_object_body_is_refused(agent, business, sql):
     assert agent.server.post(BASE, data=b"[1]", headers=agent.headers).status_code == 400
+    # The Content-Type is not checked (WIRE §1): `{}` as text/plain is read, and lacks every field.
     headers = dict(agent.headers, **{"Content-Type": "text/plain"})
-    assert agent.server.post(BASE, data=b"{}", headers=headers).status_code == 415
+    assert agent.server.post(BASE, data=b"{}", headers=headers).status_code == 400
     assert count(sql, "bz_tool_invocations") == 0
 
 
@@ -649,7 +674,7 @@ def test_approval_comes_from_the_acc(agent, business, sql, approver, tool, argum
     assert business.executions() == []
     assert count(sql, "bz_tool_journal") == 0
     [item] = approver.approvals("pending")
-    assert item["id"] == approval["id"] and item["invocation_id"] == "inv-policy" and item["tool"] == tool
+    assert item["id"] == approval["id"] and item["invocation_id"] == iid("inv-policy") and item["tool"] == tool
     assert reason in item["policy"]["reasons"]
     assert "snapshot" not in item
     snapshot = approver.get(f"/tool-approvals/{approval['id']}/snapshot")
@@ -691,7 +716,7 @@ def test_five_concurrent_resumes_of_an_approved_write_run_it_once(agent, busines
     approver.approve(pending["approval"])
     if delay_ms:
         business.fault("customer_update_credit_limit", "delay", 1, delay_ms=delay_ms)
-    results = race(agent, 5, lambda http: http.post(f"{agent.server.url}{BASE}/inv-approval/resume", json={},
+    results = race(agent, 5, lambda http: http.post(f"{agent.server.url}{BASE}/{iid('inv-approval')}/resume", json={},
                                                     headers=agent.headers, timeout=60))
     assert all(status == 200 for status, _ in results), results
     statuses = [body["status"] for _, body in results]
@@ -724,7 +749,7 @@ def test_a_denied_approval_never_reaches_the_business_system(agent, business, sq
         assert result["status"] == "denied"
         assert result["approval"]["state"] == "denied"
         assert "result" not in result
-    assert agent.receipt("inv-approval")["status"] == "denied"
+    assert agent.receipt("inv-approval")["result"]["status"] == "denied"
     assert_error(approver.decide(approval["id"], "approve", args_hash=approval["args_hash"]), 409,
                  "approval_not_pending")
     assert agent.resume("inv-approval")["status"] == "denied"
@@ -766,8 +791,8 @@ def test_a_lost_response_needs_reconciliation_and_is_never_resent(agent, busines
         assert again["auto_retry_allowed"] is False
     assert agent.invoke(tool, arguments, "inv-lost")["status"] == "reconciliation_required"
     receipt = agent.receipt("inv-lost")
-    assert receipt["status"] == "reconciliation_required"
-    assert receipt["journal"]["state"] == "uncertain"
+    assert receipt["result"]["status"] == "reconciliation_required"
+    assert receipt["journal_state"] == "uncertain" and receipt["dispatch_state"] == "unknown"
     assert len(business.executions()) == 1
     [(state, failure)] = sql("SELECT state, failure FROM bz_tool_journal")
     assert state == "uncertain" and failure
@@ -784,7 +809,7 @@ def test_an_approved_write_whose_response_is_lost_is_never_resent(agent, busines
     for _ in range(4):
         assert agent.resume("inv-approval")["status"] == "reconciliation_required"
     assert len(business.executions()) == 1
-    assert agent.receipt("inv-approval")["journal"]["state"] == "uncertain"
+    assert agent.receipt("inv-approval")["journal_state"] == "uncertain"
 
 
 @pytest.mark.parametrize("age_s, dispatcher_alive, expected", [
@@ -807,8 +832,8 @@ def test_a_dispatch_without_a_recorded_outcome_is_never_resent(agent, business, 
             result = agent.resume("inv-crash")
             assert result["status"] == expected
             assert "result" not in result
-    assert agent.receipt("inv-crash")["journal"]["state"] == ("dispatching" if expected == "in_progress"
-                                                              else "uncertain")
+    assert agent.receipt("inv-crash")["journal_state"] == ("dispatching" if expected == "in_progress"
+                                                           else "uncertain")
     assert len(business.executions("customer_note_add")) == 1
 
 
@@ -888,7 +913,8 @@ def test_resume_of_an_unknown_invocation_is_404(agent, business):
 def test_resume_takes_an_empty_object(agent, business, approver):
     pending = awaiting(agent)
     approver.approve(pending["approval"])
-    response = agent.server.post(f"{BASE}/inv-approval/resume", json={"force": True}, headers=agent.headers)
+    response = agent.server.post(f"{BASE}/{iid('inv-approval')}/resume", json={"force": True},
+                                 headers=agent.headers)
     assert_error(response, 400, "invalid_request")
     assert business.executions() == []
 
@@ -899,25 +925,27 @@ def test_the_receipt_never_dispatches_or_consumes_an_approval(agent, business, s
     pending = awaiting(agent)
     approval = pending["approval"]
     receipt = agent.receipt("inv-approval")
-    assert receipt["status"] == "awaiting_approval"
-    assert receipt["approval"]["state"] == "pending"
-    assert receipt["journal"] is None
+    assert receipt["result"]["status"] == "awaiting_approval"
+    assert receipt["approval"] == {"status": "pending", "approval_id": pending["approval_id"]}
+    assert receipt["journal_state"] == "absent" and receipt["dispatch_state"] == "not_dispatched"
     approver.approve(approval)
     for _ in range(3):
         receipt = agent.receipt("inv-approval")
-        assert receipt["status"] == "awaiting_approval"
-        assert receipt["approval"] == {"id": approval["id"], "state": "approved",
-                                       "args_hash": approval["args_hash"]}
-        assert receipt["journal"] is None
+        assert receipt["result"]["status"] == "awaiting_approval"
+        assert receipt["approval"] == {"status": "approved", "approval_id": pending["approval_id"]}
+        assert receipt["result"]["approval"] == {"id": approval["id"], "state": "approved",
+                                                 "args_hash": approval["args_hash"]}
+        assert receipt["journal_state"] == "absent"
     assert consumed_at(sql, approval["id"]) is None
     assert business.executions() == []
     assert count(sql, "bz_tool_journal") == 0
 
     agent.resume("inv-approval")
     receipt = agent.receipt("inv-approval")
-    assert receipt["status"] == "executed"
-    assert receipt["journal"] == {"state": "completed", "http_status": 200}
-    assert receipt["result"]["body"]["credit_limit"] == 50000
+    assert receipt["result"]["status"] == "executed"
+    assert receipt["journal_state"] == "completed" and receipt["dispatch_state"] == "attempted"
+    assert receipt["result"]["result"]["body"]["credit_limit"] == 50000
+    assert receipt["result_source"] == "job"
     assert len(business.executions()) == 1
 
 
@@ -956,7 +984,7 @@ FOR EACH ROW EXECUTE FUNCTION test_refuse_journal();
 def test_nothing_is_sent_when_the_journal_cannot_be_written(agent, business, sql):
     sql(JOURNAL_FAILS)
     response = agent.invoke_raw("customer_get", CUSTOMER, "inv-nojournal")
-    assert response.status_code == 500
+    assert_error(response, 503, "invocation_storage_unavailable")
     assert "journal-write-refused-by-test" not in response.text
     assert business.executions() == []
     assert count(sql, "bz_tool_invocations") == 0  # the whole reservation rolled back
@@ -971,11 +999,11 @@ def test_an_approved_call_is_not_sent_nor_consumed_when_the_journal_fails(agent,
     sql(JOURNAL_FAILS)
     for _ in range(2):
         response = agent.resume_raw("inv-approval")
-        assert response.status_code == 500
+        assert_error(response, 503, "invocation_storage_unavailable")
         assert "journal-write-refused-by-test" not in response.text
     assert business.executions() == []
     assert consumed_at(sql, pending["approval"]["id"]) is None
-    assert agent.receipt("inv-approval")["status"] == "awaiting_approval"
+    assert agent.receipt("inv-approval")["result"]["status"] == "awaiting_approval"
     sql("DROP TRIGGER test_refuse_journal ON bz_tool_journal")
     assert agent.resume("inv-approval")["status"] == "executed"
     assert len(business.executions()) == 1
@@ -1059,7 +1087,7 @@ def test_traces_never_carry_the_business_response_body(agent, business, sql, sup
     assert [job["job_id"] for job in run_trace.json()["jobs"]] == [job_id]
     for trace in (job_trace, run_trace):
         text = trace.text
-        assert "inv-traced" in text and "customer_get" in text
+        assert iid("inv-traced") in text and "customer_get" in text
         for value in ("ACME Industrial", "billing@acme.example", "DE123456789", "+49 30 1234567"):
             assert value not in text
         assert '"business_status": 200' in json.dumps(trace.json()) or '"business_status":200' in text

@@ -1,4 +1,5 @@
-"""/agent-api/v1/tool-invocations: governed business calls, their resume and their receipt.
+"""/agent-api/v1/tool-invocations: governed business calls, their resume, their receipt, and
+what inspection this hub offers.
 
 These endpoints manage their own transactions (the journal must be committed before a business
 request leaves), so they authenticate inside the service instead of through the decorator."""
@@ -6,10 +7,10 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify, request
 
-from ..errors import unauthorized
+from ..errors import ApiError, unauthorized
 from ..identity.sessions import authenticate_access
 from ..identity.tokens import bearer_from_header
-from ..invocations import service
+from ..invocations import results, service
 from .body import read_empty_object, read_json_object
 
 bp = Blueprint("agent_invocations", __name__, url_prefix="/agent-api/v1/tool-invocations")
@@ -38,13 +39,29 @@ def invoke():
     return jsonify(service.invoke(_database(), _bearer(), body))
 
 
+def _no_query_string() -> None:
+    if request.query_string:
+        raise ApiError(400, "invalid_request", "This endpoint takes no query string.")
+
+
 @bp.post("/<invocation_id>/resume")
 def resume(invocation_id: str):
     _authenticated_first()
-    read_empty_object("resume", 64 * 1024)
+    service.invocation_path_id(invocation_id)
+    # The official client sends no body at all; `{}` is accepted too.
+    read_empty_object("resume", service.RESUME_BODY_MAX_BYTES, service.envelope_too_large)
     return jsonify(service.resume(_database(), _bearer(), invocation_id))
 
 
 @bp.get("/<invocation_id>/receipt")
 def receipt(invocation_id: str):
+    _authenticated_first()
+    _no_query_string()
     return jsonify(service.receipt(_database(), _bearer(), invocation_id))
+
+
+@bp.get("/inspection-capabilities")
+def inspection_capabilities():
+    _authenticated_first()
+    _no_query_string()
+    return jsonify(results.inspection_capabilities())

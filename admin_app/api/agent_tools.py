@@ -1,4 +1,4 @@
-"""/agent-api/v1/tools: the business-tool surface (list, and detail with usage guidance).
+"""/agent-api/v1/tools: the business-tool surface (catalog, and detail with usage guidance).
 
 Gated by the route's `tools.agent_direct` only, not by `agent_client.enabled`. Reads revalidate
 client, session, route and audience on every call, create nothing and dispatch nothing.
@@ -18,6 +18,8 @@ from .query import query_params
 bp = Blueprint("agent_tools", __name__, url_prefix="/agent-api/v1")
 
 REVISION = re.compile(r"^[0-9a-f]{64}$")
+CATALOG_SCHEMA = "bailing.agent-tool-catalog.v1"
+DETAIL_SCHEMA = "bailing.agent-tool-detail.v1"
 
 
 @bp.get("/tools")
@@ -27,7 +29,7 @@ def list_tools():
     route = resolve_route(g.db, g.agent_session, params["route"], "tools")
     projection = project(g.db, route, g.agent_session)
     return jsonify({
-        "schema": "bailing.agent-tool-list.v1",
+        "schema_version": CATALOG_SCHEMA,
         "route": route.route_key,
         "capability_revision": projection.revision,
         **projection.counts(),
@@ -51,7 +53,9 @@ def tool_detail(name: str):
         raise ApiError(409, "capability_changed", "The capability revision is stale; rediscover tools.",
                        capability_revision=projection.revision)
     return jsonify({
-        "schema": "bailing.agent-tool-detail.v1",
+        # Tool replies name their schema `schema_version`; `schema` is kept for earlier readers.
+        "schema_version": DETAIL_SCHEMA,
+        "schema": DETAIL_SCHEMA,
         "route": route.route_key,
         "capability_revision": projection.revision,
         "tool": visible.projection(),

@@ -18,13 +18,16 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from ..canonical import sha256_json
+from .public_schema import MAX_BYTES as PUBLIC_SCHEMA_MAX_BYTES
+from .public_schema import byte_size, public_input_schema
 from .text_bounds import Bounded, bound_description, bound_guidance
 
 # Bump whenever a change here alters what agents are shown; revisions then change with it.
-COMPILER_VERSION = 1
+COMPILER_VERSION = 2
 
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
-TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
+# The name agents call a tool by; the official client refuses any other (a model function name).
+TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 NUMERIC_OPS = {">", ">=", "<", "<="}
 JSON_TYPES = {"string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,),
               "array": (list,), "object": (dict,), "null": (type(None),)}
@@ -43,7 +46,8 @@ class Tool:
     scope: str
     method: str
     path: str
-    input_schema: dict
+    input_schema: dict  # what calls are validated against
+    public_schema: dict  # what agents are shown (allowlisted keywords, see public_schema.py)
     locations: dict  # argument name -> "path" | "query" | "body" | "whole_body"
     readonly: bool
     idempotent: bool
@@ -307,6 +311,10 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
                 problems.append((where, str(err)))
                 continue
             input_schema = strip_extensions(input_schema)
+            public_schema = public_input_schema(input_schema)
+            if byte_size(public_schema) > PUBLIC_SCHEMA_MAX_BYTES:
+                op_problems.append((where, f"the input schema exceeds {PUBLIC_SCHEMA_MAX_BYTES} bytes "
+                                           "as agents are shown it"))
             approval = acc.get("approval") or {}
             rules = tuple(approval.get("when") or ())
             for rule in rules:
@@ -320,6 +328,8 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
             readonly = execution.get("readonly", method in ("get", "head"))
             risk = (acc.get("risk") or {}).get("level", "low")
             description = bound_description(_short_description(op, acc))
+            if not description.text.strip():  # agents are never shown a tool without one
+                description = bound_description(op_id)
             guidance = bound_guidance(_guidance_text(op, acc))
             if description.truncated:
                 result.warnings.append({
@@ -333,7 +343,7 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
                                f"{guidance.source_bytes} bytes cut to the limits"})
             tool = dict(
                 provider=name, name=op_id, scope=acc["scope"], method=method.upper(), path=path,
-                input_schema=input_schema, locations=locations, readonly=bool(readonly),
+                input_schema=input_schema, public_schema=public_schema, locations=locations, readonly=bool(readonly),
                 idempotent=bool(execution.get("idempotent", readonly)), risk=risk,
                 approval_required=bool(approval.get("required", False)) or risk == "high",
                 approval_rules=rules, approval_prompt=approval.get("prompt"),
@@ -346,7 +356,8 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
             fingerprint = sha256_json({
                 "compiler": COMPILER_VERSION, "base_url_sha256": base_url_hash,
                 **{k: v for k, v in tool.items() if k not in ("description", "guidance",
-                                                              "usage_guidance_available")},
+                                                              "usage_guidance_available",
+                                                              "public_schema")},
             })
             result.tools[op_id] = Tool(**tool, execution_fingerprint=fingerprint)
     if problems:

@@ -28,28 +28,32 @@ class Visible:
     approval_required: bool  # every call needs approval (ACC or forced by the route)
 
     def projection(self) -> dict:
-        """The public, allowlisted view of a tool: no path, provider URL, secret or raw spec."""
+        """The public view of a tool: the eight fields the official client requires, plus our
+        spec's two optional flags; no path, provider URL, secret, raw spec or policy detail."""
         t = self.tool
         view = {
             "name": t.name,
-            "scope": t.scope,
             "description": t.description.text,
+            "input_schema": t.public_schema,
+            "scope": t.scope,
+            "risk": t.risk,
+            "approval_required": self.may_need_approval,
+            "readonly": t.readonly,
+            "idempotent": t.idempotent,
         }
         if t.description.truncated:
             view["description_truncated"] = True
         if t.usage_guidance_available:
             view["usage_guidance_available"] = True
-        view.update({
-            "input_schema": t.input_schema,
-            "readonly": t.readonly,
-            "idempotent": t.idempotent,
-            "risk": t.risk,
-            "approval": {"required": self.approval_required, "when": list(t.approval_rules)},
-            "subject_required": t.subject_required,
-            "sensitive": t.sensitive,
-            "timeout_ms": t.timeout_ms,
-        })
         return view
+
+    def policy(self) -> dict:
+        """What governs a call beyond the projection; part of the revision, so that a changed
+        rule, subject requirement or timeout invalidates discovery like a changed field."""
+        t = self.tool
+        return {"approval": {"required": self.approval_required, "when": list(t.approval_rules)},
+                "subject_required": t.subject_required, "sensitive": t.sensitive,
+                "timeout_ms": t.timeout_ms}
 
     def usage_guidance(self) -> dict:
         g = self.tool.guidance
@@ -59,6 +63,8 @@ class Visible:
 
     @property
     def may_need_approval(self) -> bool:
+        """What agents are told as `approval_required`: some call may need approval (always, or
+        when an `approval.when` rule matches its arguments)."""
         return self.approval_required or bool(self.tool.approval_rules)
 
 
@@ -146,6 +152,7 @@ def _compute(route: Route, session: AgentSession, sources: list, providers: dict
     ordered = dict(sorted(visible.items()))
     revision = sha256_json({
         "schema": "bailing.capability-revision.v1",
-        "tools": [{"tool": v.projection(), "usage_guidance": v.usage_guidance()} for v in ordered.values()],
+        "tools": [{"tool": v.projection(), "usage_guidance": v.usage_guidance(), "policy": v.policy()}
+                  for v in ordered.values()],
     })
     return Projection(route.route_key, ordered, revision)

@@ -2,7 +2,10 @@
 
 A decision is one conditional UPDATE (pending and the same args_hash the approver saw), so two
 approvers racing, or an approver looking at a stale page, can never both win or decide on a
-snapshot other than the one shown."""
+snapshot other than the one shown.
+
+An approval is named by its UUID (`id`, as the console and admin API always did) or by its
+number (`approval_id`, as agents see it)."""
 from __future__ import annotations
 
 import uuid
@@ -18,24 +21,45 @@ from .models import Approval, Invocation
 
 LIST_SCHEMA = "bailing.tool-approval-list.v1"
 REASON_MAX = 2000
+# `decided` is the hub's own; `approved` and `denied` filter by that one status.
+STATUS_FILTERS = ("pending", "decided", "approved", "denied", "all")
+NUMBER_MAX = 2**63 - 1
 
 
 def _not_found() -> ApiError:
     return ApiError(404, "approval_not_found", "No such approval.")
 
 
-def parse_id(value: str) -> uuid.UUID:
+def _reference(value: str):
+    """The column and value an approval reference names: a positive number, or a UUID."""
+    if value.isascii() and value.isdigit() and len(value) <= 19 and 1 <= int(value) <= NUMBER_MAX:
+        return Approval.number, int(value)
     try:
-        return uuid.UUID(value)
+        return Approval.id, uuid.UUID(value)
     except ValueError:
         raise _not_found() from None
+
+
+def parse_id(db: Session, value: str) -> uuid.UUID:
+    """The UUID of the approval `value` names (404 when it names none)."""
+    column, key = _reference(value)
+    if column is Approval.id:
+        return key
+    found = db.scalar(select(Approval.id).where(Approval.number == key))
+    if found is None:
+        raise _not_found()
+    return found
 
 
 def item_view(approval: Approval, inv: Invocation, session: AgentSession | None) -> dict:
     """What a queue shows: never the snapshot itself."""
     return {
         "id": str(approval.id),
+        "approval_id": approval.number,
+        "job_id": str(inv.id),
+        "request_id": inv.invocation_id,
         "invocation_id": inv.invocation_id,
+        "provider": inv.provider,
         "tool": approval.tool,
         "scope": inv.scope,
         "route": approval.route_key,
@@ -53,11 +77,13 @@ def item_view(approval: Approval, inv: Invocation, session: AgentSession | None)
             "principal": approval.principal,
             "on_behalf_of": approval.on_behalf_of,
         },
+        "on_behalf_of": approval.on_behalf_of,
         "invocation_status": inv.status,
         "created_at": iso(approval.created_at),
         "decided_at": iso(approval.decided_at),
         "decided_by": approval.decided_by,
         "decision_reason": approval.decision_reason,
+        "reason": approval.decision_reason,
         "consumed_at": iso(approval.consumed_at),
     }
 
@@ -77,6 +103,8 @@ def list_approvals(db: Session, status: str, limit: int, offset: int) -> dict:
     query = _with_context().limit(limit + 1).offset(offset)
     if status == "pending":
         query = query.where(Approval.status == "pending").order_by(Approval.created_at, Approval.id)
+    elif status in ("approved", "denied"):
+        query = query.where(Approval.status == status).order_by(Approval.decided_at.desc(), Approval.id)
     elif status == "decided":
         query = query.where(Approval.status != "pending").order_by(Approval.decided_at.desc(), Approval.id)
     else:
@@ -88,14 +116,16 @@ def list_approvals(db: Session, status: str, limit: int, offset: int) -> dict:
 
 
 def get(db: Session, approval_ref: str) -> tuple[Approval, Invocation, AgentSession]:
-    row = db.execute(_with_context().where(Approval.id == parse_id(approval_ref))).first()
+    column, key = _reference(approval_ref)
+    row = db.execute(_with_context().where(column == key)).first()
     if row is None:
         raise _not_found()
     return row
 
 
 def snapshot(db: Session, approval_ref: str) -> Approval:
-    approval = db.get(Approval, parse_id(approval_ref))
+    column, key = _reference(approval_ref)
+    approval = db.scalar(select(Approval).where(column == key))
     if approval is None:
         raise _not_found()
     return approval
@@ -113,7 +143,7 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
         checker.add("reason", "a denial needs a reason")
     if checker.problems:
         raise invalid_request(checker)
-    approval_id = parse_id(approval_ref)
+    approval_id = parse_id(db, approval_ref)
     now = utc_now()
     decided = db.execute(
         update(Approval)
@@ -137,4 +167,6 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
             WHERE id = (SELECT job_id FROM bz_tool_approvals WHERE id = :id) AND status = 'awaiting_approval'"""),
             {"id": approval_id})
     db.expire_all()
-    return item_view(*get(db, str(approval_id)))
+    # `ok` and `rerun` as upstream answers a decision: an agent's call never reruns by itself,
+    # the agent resumes it.
+    return {**item_view(*get(db, str(approval_id))), "ok": True, "rerun": False}

@@ -5,7 +5,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, ForeignKey, Text
+from sqlalchemy import ARRAY, BigInteger, ForeignKey, Identity, Text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -41,6 +41,8 @@ class Approval(Base):
     __tablename__ = "bz_tool_approvals"
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    # The numeric identity agents see as `approval_id` (sql/059); assigned by the database.
+    number: Mapped[int] = mapped_column(BigInteger, Identity(), unique=True)
     job_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("bz_tool_invocations.id"))
     tool: Mapped[str]
     route_key: Mapped[str]

@@ -10,18 +10,22 @@ resumes dispatch an approved call once.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
 import os
+import re
 import uuid
 from datetime import timedelta
-from typing import Any
 
 from jsonschema import Draft202012Validator
 from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ..canonical import canonical_json, sha256_json, utc_now
+from ..catalog.compiler import TOOL_NAME
 from ..catalog.projection import Visible, forced_approval, project
 from ..db import Database
 from ..errors import ApiError, invalid_request, unauthorized
@@ -33,13 +37,21 @@ from ..validation import Checker
 from . import dispatch, js_json
 from .models import Approval, Invocation, JournalEntry
 from .policy import TypeMismatch, approval_policy
+from .results import receipt_view, result_view
 
-SCHEMA = "bailing.agent-tool-invocation.v1"
+log = logging.getLogger(__name__)
+
 ARGUMENTS_MAX_BYTES = 1_048_576
 ENVELOPE_MAX_BYTES = 2_097_152
+RESUME_BODY_MAX_BYTES = 1024
 SUMMARY_MAX_CHARS = 240
 STALE_GRACE = timedelta(seconds=60)
 REQUIRED = ("invocation_id", "route", "capability_revision", "tool", "arguments")
+# The turn's run: `agent_run_id` as the official client names it, `run_id` as the hub always did.
+RUN_FIELDS = ("agent_run_id", "run_id")
+# Invocation ids (chosen by the caller) and capability revisions: 64 lowercase hex digits.
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+RUN_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.I)
 
 
 def too_large(scope: str, max_bytes: int, **size) -> ApiError:
@@ -52,22 +64,40 @@ def envelope_too_large(max_bytes: int, observed: int) -> ApiError:
     return too_large("request_body", max_bytes, observed_bytes=observed)
 
 
-def validate_request(body: dict) -> None:
+def not_found() -> ApiError:
+    """An invocation path that cannot name an invocation: the router's plain 404."""
+    return ApiError(404, "not_found", "Not found.")
+
+
+def invocation_path_id(value: str) -> str:
+    if not HEX64.fullmatch(value):
+        raise not_found()
+    return value
+
+
+def _pattern(checker: Checker, body: dict, name: str, pattern: re.Pattern, what: str) -> None:
+    value = body.get(name)
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        checker.add(name, f"must be {what}")
+
+
+def validate_request(body: dict) -> uuid.UUID | None:
+    """Checks the envelope and its argument budget; the turn's run id, when one is named."""
     checker = Checker()
-    checker.obj(body, "", required=REQUIRED, optional=("run_id",))
+    checker.obj(body, "", required=REQUIRED, optional=RUN_FIELDS)
     if "invocation_id" in body:
-        checker.string(body["invocation_id"], "invocation_id", min_len=1, max_len=191, single_line=True)
-    if "route" in body:
-        checker.resource_key(body["route"], "route", route=True)
+        _pattern(checker, body, "invocation_id", HEX64, "64 lowercase hex digits")
+    if "route" in body and not isinstance(body["route"], str):  # its form is the gate's to judge
+        checker.add("route", "must be a string")
     if "capability_revision" in body:
-        checker.string(body["capability_revision"], "capability_revision", min_len=64, max_len=64)
+        _pattern(checker, body, "capability_revision", HEX64, "64 lowercase hex digits")
     if "tool" in body:
-        checker.string(body["tool"], "tool", min_len=1, max_len=128, single_line=True)
-    if body.get("run_id") is not None:
-        try:
-            uuid.UUID(body["run_id"]) if isinstance(body["run_id"], str) else uuid.UUID(int=-1)
-        except ValueError:
-            checker.add("run_id", "must be a UUID")
+        _pattern(checker, body, "tool", TOOL_NAME, "a tool name (" + TOOL_NAME.pattern + ")")
+    runs = {n: body[n] for n in RUN_FIELDS if body.get(n) is not None}  # null: no run, as before
+    for name in runs:
+        _pattern(checker, runs, name, RUN_ID, "a UUID")
+    if not checker.problems and len(runs) == 2 and runs["agent_run_id"].lower() != runs["run_id"].lower():
+        checker.add("run_id", "must equal agent_run_id when both are given")
     if "arguments" in body and not isinstance(body["arguments"], dict):
         checker.add("arguments", "must be an object")
     if checker.problems:
@@ -75,28 +105,14 @@ def validate_request(body: dict) -> None:
     size = js_json.byte_length(body["arguments"])
     if size > ARGUMENTS_MAX_BYTES:
         raise too_large("arguments", ARGUMENTS_MAX_BYTES, actual_bytes=size)
+    run = next(iter(runs.values()), None)
+    return uuid.UUID(run) if run is not None else None
 
 
 # ------------------------------------------------------------------ views
 
-def view(inv: Invocation, approval: Approval | None) -> dict:
-    out: dict[str, Any] = {
-        "schema": SCHEMA,
-        "invocation_id": inv.invocation_id,
-        "tool": inv.tool,
-        "route": inv.route_key,
-        "status": inv.status,
-        # The hub never invites an automatic retry: an uncertain or refused call needs a person
-        # or a new decision, and a pending one is resumed, not repeated.
-        "auto_retry_allowed": False,
-    }
-    if inv.reason:
-        out["reason"] = inv.reason
-    if inv.business_status is not None:
-        out["result"] = {"http_status": inv.business_status, "body": inv.result_body}
-    if approval is not None:
-        out["approval"] = {"id": str(approval.id), "state": approval.status, "args_hash": approval.args_hash}
-    return out
+def view(db: Session, inv: Invocation, approval: Approval | None) -> dict:
+    return result_view(inv, approval, db.get(JournalEntry, inv.id))
 
 
 def summary(tool: Visible, snapshot: str, arguments: dict) -> str:
@@ -218,7 +234,7 @@ def _dispatch_planned(database: Database, inv_id: uuid.UUID, plan: dict | None, 
     _send_and_record(database, inv_id, plan)
     with database.session() as db:
         inv = db.get(Invocation, inv_id)
-        return view(inv, _approval(db, inv))
+        return view(db, inv, _approval(db, inv))
 
 
 # ------------------------------------------------------------------ invoke
@@ -238,31 +254,75 @@ def _screen(visible: Visible, route, arguments: dict) -> tuple[str | None, dict 
         return f"approval_type_mismatch: {err}"[:500], None
 
 
+def guarded(action):
+    """Storage failures as `invocation_storage_unavailable`, anything unforeseen as
+    `agent_tool_internal_error`; never the exception's text."""
+    @functools.wraps(action)
+    def run(*args, **kwargs):
+        try:
+            return action(*args, **kwargs)
+        except ApiError:
+            raise
+        except DBAPIError:
+            log.exception("tool invocation storage failed")
+            raise ApiError(503, "invocation_storage_unavailable",
+                           "The invocation state could not be saved; nothing was sent.") from None
+        except Exception:  # noqa: BLE001 - answered with a fixed code; logged above
+            log.exception("tool invocation failed")
+            raise ApiError(500, "agent_tool_internal_error", "Internal error.") from None
+    return run
+
+
+@guarded
 def invoke(database: Database, bearer: str | None, body: dict) -> dict:
     with Dispatcher(database) as dispatcher:
         return _invoke(database, dispatcher, bearer, body)
 
 
+def _run_of(db: Session, session: AgentSession, route_key: str, run_id: uuid.UUID | None) -> None:
+    """The named run must be a turn of this session in this route."""
+    if run_id is None:
+        return
+    run = db.get(Run, run_id)
+    if run is None or run.session_id != session.id or run.route_key != route_key:
+        raise ApiError(409, "agent_run_conflict", "This run is not a turn of this session in this route.")
+
+
+def _still_authorized(db: Session, route, session: AgentSession, inv: Invocation,
+                      fingerprint: bool = True) -> Visible:
+    """The invocation's tool as this session sees it now; 409 `capability_changed` when it left
+    the catalog or (unless told otherwise) its frozen execution fingerprint changed."""
+    visible = project(db, route, session).tools.get(inv.tool)
+    if visible is None or (fingerprint and visible.tool.execution_fingerprint != inv.execution_fingerprint):
+        raise ApiError(409, "capability_changed",
+                       "The tool changed since this invocation was made; it will not run as it is.")
+    return visible
+
+
 def _invoke(database: Database, dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
     with database.session() as db:
         session = _session(db, bearer)
-        validate_request(body)
+        run_uuid = validate_request(body)
         db.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 6))"),
                    {"k": f"{session.id}:{body['invocation_id']}"})
         route = resolve_route(db, session, body["route"], "tools")
         arguments = body["arguments"]
         snapshot = canonical_json(arguments)
         args_hash = sha256_json(arguments)
-        run_id = body.get("run_id")
+        run_id = str(run_uuid) if run_uuid else None
         request_hash = sha256_json({"route": route.route_key, "tool": body["tool"],
                                     "run_id": run_id, "args_hash": args_hash})
+        _run_of(db, session, route.route_key, run_uuid)
         existing = db.scalar(select(Invocation).where(
             Invocation.session_id == session.id, Invocation.invocation_id == body["invocation_id"]))
         if existing is not None:
-            if existing.request_hash != request_hash:
+            if existing.request_hash != request_hash \
+                    or existing.capability_revision != body["capability_revision"]:
                 raise ApiError(409, "invocation_conflict",
                                "This invocation_id was used for a different call.")
-            return view(existing, _approval(db, existing))
+            # A replay answers only while the tool is still authorized as it was.
+            _still_authorized(db, route, session, existing)
+            return view(db, existing, _approval(db, existing))
         projection = project(db, route, session)
         visible = projection.tools.get(body["tool"])
         if visible is None:
@@ -270,13 +330,9 @@ def _invoke(database: Database, dispatcher: Dispatcher, bearer: str | None, body
         if body["capability_revision"] != projection.revision:
             raise ApiError(409, "capability_changed", "The capability revision is stale; rediscover tools.",
                            capability_revision=projection.revision)
-        if run_id is not None:
-            run = db.get(Run, uuid.UUID(run_id))
-            if run is None or run.session_id != session.id or run.route_key != route.route_key:
-                raise ApiError(404, "run_not_found", "No such run for this session and route.")
         inv = Invocation(
             id=uuid.uuid4(), session_id=session.id, invocation_id=body["invocation_id"],
-            route_key=route.route_key, run_id=uuid.UUID(run_id) if run_id else None,
+            route_key=route.route_key, run_id=run_uuid,
             tool=visible.tool.name, provider=visible.tool.provider, scope=visible.tool.scope,
             request_hash=request_hash, args_hash=args_hash, argument_keys=sorted(arguments),
             execution_fingerprint=visible.tool.execution_fingerprint,
@@ -300,15 +356,14 @@ def _invoke(database: Database, dispatcher: Dispatcher, bearer: str | None, body
         else:
             plan = _reserve(db, inv, visible, _provider(db, visible.tool.provider), arguments, dispatcher)
         db.flush()
-        result, inv_id = view(inv, approval), inv.id
+        result, inv_id = view(db, inv, approval), inv.id
     return _dispatch_planned(database, inv_id, plan, result)
 
 
 # ------------------------------------------------------------------ resume and receipt
 
 def _own_invocation(db: Session, session: AgentSession, invocation_id: str, lock: bool) -> Invocation:
-    if "\x00" in invocation_id:  # never stored (PostgreSQL text holds no NUL), so never found
-        raise ApiError(404, "invocation_not_found", "No such invocation for this session.")
+    invocation_path_id(invocation_id)
     query = select(Invocation).where(Invocation.session_id == session.id,
                                      Invocation.invocation_id == invocation_id)
     inv = db.scalar(query.with_for_update() if lock else query)
@@ -317,24 +372,20 @@ def _own_invocation(db: Session, session: AgentSession, invocation_id: str, lock
     return inv
 
 
-def _revalidate(db: Session, session: AgentSession, inv: Invocation) -> Visible:
+def _revalidate(db: Session, session: AgentSession, inv: Invocation, fingerprint: bool = True) -> Visible:
     route = resolve_route(db, session, inv.route_key, "tools")
-    visible = project(db, route, session).tools.get(inv.tool)
-    if visible is None or visible.tool.execution_fingerprint != inv.execution_fingerprint:
-        raise ApiError(409, "capability_changed",
-                       "The tool changed since this invocation was made; it will not run as it is.")
-    return visible
+    return _still_authorized(db, route, session, inv, fingerprint)
 
 
-def _interrupted(db: Session, inv: Invocation, timeout_ms: int) -> bool:
+def _interrupted(db: Session, journal: JournalEntry | None, timeout_ms: int) -> bool:
     """A `dispatching` row with no outcome to come: its dispatcher is gone, or it is stale."""
-    journal = db.get(JournalEntry, inv.id)
     if journal is None or journal.state != "dispatching":
         return False
     return journal.started_at + timedelta(milliseconds=timeout_ms) + STALE_GRACE < utc_now() \
-        or Dispatcher.gone(db, inv.id)
+        or Dispatcher.gone(db, journal.job_id)
 
 
+@guarded
 def resume(database: Database, bearer: str | None, invocation_id: str) -> dict:
     with Dispatcher(database) as dispatcher:
         return _resume(database, dispatcher, bearer, invocation_id)
@@ -353,27 +404,32 @@ def _resume(database: Database, dispatcher: Dispatcher, bearer: str | None, invo
             elif approval.status == "approved" and approval.consumed_at is None:
                 if sha256_bytes(approval.snapshot.encode("utf-8")) != approval.args_hash \
                         or approval.args_hash != inv.args_hash:
-                    raise ApiError(409, "approval_snapshot_changed",
-                                   "The approved snapshot no longer matches; nothing was sent.")
-                approval.consumed_at = utc_now()
-                plan = _reserve(db, inv, visible, _provider(db, inv.provider),
-                                json.loads(approval.snapshot), dispatcher)
-        elif inv.status == "in_progress" and _interrupted(db, inv, visible.tool.timeout_ms):
+                    # Only the frozen, hash-checked snapshot may run; without it nothing does.
+                    inv.status, inv.reason = "rejected_before_dispatch", "approval_snapshot_unusable"
+                else:
+                    approval.consumed_at = utc_now()
+                    plan = _reserve(db, inv, visible, _provider(db, inv.provider),
+                                    json.loads(approval.snapshot), dispatcher)
+        elif inv.status == "in_progress":
             journal = db.get(JournalEntry, inv.id, with_for_update=True)
-            journal.state, journal.failure, journal.finished_at = "uncertain", "no_outcome_recorded", utc_now()
-            inv.status, inv.reason = "reconciliation_required", "no_outcome_recorded"
+            if journal is None:  # an attempt without its journal row: never sent again
+                inv.status, inv.reason = "reconciliation_required", "no_dispatch_record"
+            elif _interrupted(db, journal, visible.tool.timeout_ms):
+                journal.state, journal.failure, journal.finished_at = "uncertain", "no_outcome_recorded", utc_now()
+                inv.status, inv.reason = "reconciliation_required", "no_outcome_recorded"
         db.flush()
-        result, inv_id = view(inv, approval), inv.id
+        result, inv_id = view(db, inv, approval), inv.id
     return _dispatch_planned(database, inv_id, plan, result)
 
 
+@guarded
 def receipt(database: Database, bearer: str | None, invocation_id: str) -> dict:
-    """Where an invocation stands, read-only: nothing is dispatched, consumed or changed."""
+    """Where an invocation stands, read-only: nothing is dispatched, consumed or changed. The
+    tool must still be authorized; its execution fingerprint need not match (this runs nothing)."""
     with database.session() as db:
         session = _session(db, bearer)
         inv = _own_invocation(db, session, invocation_id, lock=False)
-        resolve_route(db, session, inv.route_key, "tools")
-        out = view(inv, _approval(db, inv))
+        visible = _revalidate(db, session, inv, fingerprint=False)
         journal = db.get(JournalEntry, inv.id)
-        out["journal"] = None if journal is None else {"state": journal.state, "http_status": journal.http_status}
-        return out
+        unresolved = _interrupted(db, journal, visible.tool.timeout_ms)
+        return receipt_view(inv, _approval(db, inv), journal, dispatcher_alive=not unresolved)
