@@ -18,6 +18,7 @@ API_PREFIXES = (AGENT_API_PREFIX, "/agent-auth", "/admin/api")
 INTERNAL_ERROR_CODES = (
     ("/agent-api/v1/conversation-audits", "conversation_audit_internal_error"),
     ("/admin/api/conversation-audits", "conversation_audit_internal_error"),
+    ("/agent-api/v1/tool-invocations", "agent_tool_internal_error"),
 )
 
 
