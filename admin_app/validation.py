@@ -13,6 +13,7 @@ from typing import Any, Iterable
 RESOURCE_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]{1,63}$")
 RESERVED_ROUTES = frozenset({"auto"})
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+SAFE_INTEGER_MAX = 2**53 - 1  # the largest integer every JSON client holds exactly
 
 
 class Invalid(Exception):

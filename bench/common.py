@@ -213,7 +213,7 @@ def create_archive(base_url: str, session: dict, route: str) -> str:
     body = {"client_archive_id": str(uuid.uuid4()), "client_conversation_id": f"conv-{uuid.uuid4().hex[:8]}",
             "route": route, "member_session_ids": [session["session_id"]]}
     response = expect(requests.post(base_url + "/agent-api/v1/conversation-audits", json=body,
-                                    headers=bearer(session["access_token"]), timeout=30), 201)
+                                    headers=bearer(session["access_token"]), timeout=30), 200)
     return response.json()["conversation"]["conversation_id"]
 
 

@@ -68,6 +68,8 @@ REAL: dict[str, list] = {}
 NOT_MIXED = {("/token", "refresh_token")}
 STATS = {"requests": 0, "examples": 0}
 STATUSES: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+# Invocation ids are 64 lowercase hex digits, chosen by the caller.
+INV_CANCEL, INV_READ = "c" * 64, "d" * 64
 
 
 # ------------------------------------------------------------------ schemas
@@ -155,14 +157,14 @@ def _seed(live, world: World, validate) -> None:
             "invocation_id": invocation_id, "route": "desk", "capability_revision": revision, "tool": tool,
             "arguments": arguments, "run_id": run_id}))
 
-    pending = invoke("inv-cancel", "order_cancel", {"order_id": "ORD-000001", "reason": "duplicate"})
+    pending = invoke(INV_CANCEL, "order_cancel", {"order_id": "ORD-000001", "reason": "duplicate"})
     assert pending["status"] == "awaiting_approval", pending
-    executed = invoke("inv-read", "customer_get", {"customer_id": "C-100234"})
+    executed = invoke(INV_READ, "customer_get", {"customer_id": "C-100234"})
     assert executed["status"] == "executed", executed
 
     archive = _ok(live.post(AGENT_API + "/conversation-audits", headers=agent, json={
         "client_archive_id": str(uuid.uuid4()), "client_conversation_id": "conv-1", "route": "desk",
-        "member_session_ids": [world.ids["session_id"][0]]}), 201)["conversation"]["conversation_id"]
+        "member_session_ids": [world.ids["session_id"][0]]}), 200)["conversation_id"]
     _ok(live.post(f"{AGENT_API}/conversation-audits/{archive}/events", headers=agent, json={"events": [
         {"event_id": "e1", "sequence": 1, "client_turn_id": "turn-1", "kind": "turn_start"},
         {"event_id": "e2", "sequence": 2, "client_turn_id": "turn-1", "kind": "user_message", "content": "Hi"},
@@ -207,15 +209,19 @@ def _seed(live, world: World, validate) -> None:
     validate(ADMIN_API, "/agent-runs/{run_id}", "GET", live.get(f"{ADMIN_API}/agent-runs/{run_id}", headers=admin))
     for job in job_ids:
         validate(ADMIN_API, "/tool-jobs/{job_id}", "GET", live.get(f"{ADMIN_API}/tool-jobs/{job}", headers=admin))
+        validate(ADMIN_API, "/runs/{job_id}/trace", "GET", live.get(f"{ADMIN_API}/runs/{job}/trace", headers=admin))
+    thread_id = str(_rows(live, f"SELECT thread_id FROM bz_runs WHERE id = '{run_id}'")[0][0])
+    validate(ADMIN_API, "/threads/{thread_id}/agent-runs/{run_id}/trace", "GET",
+             live.get(f"{ADMIN_API}/threads/{thread_id}/agent-runs/{run_id}/trace", headers=admin))
     validate(ADMIN_API, "/conversation-audits/{archive_id}", "GET",
              live.get(f"{ADMIN_API}/conversation-audits/{archive}", headers=admin))
 
     world.ids.update({
         "session_id": [world.ids["session_id"][0], issued["session_id"]],
         "authorization_id": [pending_auth, flow, denied],
-        "run_id": [run_id], "job_id": job_ids, "approval_id": [approval_id],
+        "run_id": [run_id], "thread_id": [thread_id], "job_id": job_ids, "approval_id": [approval_id],
         "archive_id": [archive], "conversation_id": [archive],
-        "invocation_id": ["inv-cancel", "inv-read"],
+        "invocation_id": [INV_CANCEL, INV_READ],
         "route": ["desk"], "route_key": ["desk"], "requested_routes": [["desk"]], "allowed_routes": [["desk"]],
         "client_app_id": ["ops-app"], "capability_revision": [revision],
         "tool": ["customer_get", "order_cancel"], "name": ["customer_get", "order_cancel"],

@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import uuid
+from functools import wraps
 
 from flask import Blueprint, Response, g, jsonify
 
-from ..conversation_audit import reads
+from ..conversation_audit import archives, reads
 from ..conversation_audit.availability import probe, require_archives
 from ..errors import ApiError
 from ..identity.roles import permissions_of
 from ..invocations import approvals
-from ..invocations.traces import job_trace
-from ..runtime.traces import run_trace
-from .auth import admin_permission_required
+from ..invocations.traces import core_job_trace, job_trace
+from ..runtime.traces import agent_client_trace, run_trace
+from ..validation import SAFE_INTEGER_MAX
+from .auth import admin_permission_required, agent_bearer_is_valid
 from .body import read_json_object
-from .query import int_param, query_params
+from .query import clamped_int_param, int_param, query_params
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 
@@ -27,24 +29,50 @@ def me():
                     "permissions": sorted(permissions_of(admin.role))})
 
 
+def audit_reader(view):
+    """`runs:read`, and, as Core answers, 403 `forbidden` (not 401) for a live agent bearer: it is
+    a known caller that may not read transcripts."""
+    guarded = admin_permission_required("runs:read")(view)
+
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        try:
+            return guarded(*args, **kwargs)
+        except ApiError as err:
+            if err.status == 401 and agent_bearer_is_valid():
+                raise ApiError(403, "forbidden", "This requires the runs:read permission.") from None
+            raise
+
+    return wrapper
+
+
 @bp.get("/conversation-audits")
-@admin_permission_required("runs:read")
+@audit_reader
 def conversation_audits():
     require_archives(g.db)
     params = query_params(optional=("limit", "offset"))
-    limit = int_param(params, "limit", 50, 1, reads.LIST_MAX)
-    offset = int_param(params, "offset", 0, 0, 10**9)
+    limit = clamped_int_param(params, "limit", *reads.LIST_LIMIT)
+    offset = clamped_int_param(params, "offset", 0, 0, SAFE_INTEGER_MAX)
     return jsonify(reads.list_archives(g.db, limit, offset))
 
 
 @bp.get("/conversation-audits/<archive_id>")
-@admin_permission_required("runs:read")
+@audit_reader
 def conversation_audit(archive_id: str):
+    archive = archives.parse_archive_id(archive_id)
     available = require_archives(g.db)
     params = query_params(optional=("after_sequence", "limit"))
-    after = int_param(params, "after_sequence", 0, 0, 2**31 - 1)
-    limit = int_param(params, "limit", 100, 1, reads.EVENTS_MAX)
-    return jsonify(reads.archive_detail(g.db, archive_id, after, limit, available))
+    after = clamped_int_param(params, "after_sequence", 0, 0, SAFE_INTEGER_MAX)
+    limit = clamped_int_param(params, "limit", *reads.EVENTS_LIMIT)
+    return jsonify(reads.archive_detail(g.db, archive, after, limit, available))
+
+
+@bp.route("/conversation-audits", methods=["POST", "PUT", "PATCH", "DELETE"])
+@bp.route("/conversation-audits/<path:_rest>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+@audit_reader
+def conversation_audits_elsewhere(_rest: str = ""):
+    """Archives are only read, and only there."""
+    raise archives.unknown_endpoint()
 
 
 @bp.get("/agent-runs/<run_id>")
@@ -63,14 +91,27 @@ def tool_job(job_id: str):
     return jsonify(job_trace(g.db, job_id, probe(g.db)))
 
 
+@bp.get("/threads/<thread_id>/agent-runs/<run_id>/trace")
+@admin_permission_required("runs:read")
+def agent_run_trace(thread_id: str, run_id: str):
+    return jsonify(agent_client_trace(g.db, thread_id, run_id, probe(g.db)))
+
+
+@bp.get("/runs/<job_id>/trace")
+@admin_permission_required("runs:read")
+def job_run_trace(job_id: str):
+    return jsonify(core_job_trace(g.db, job_id, probe(g.db)))
+
+
 @bp.get("/tool-approvals")
 @admin_permission_required("approvals:read")
 def tool_approvals():
     params = query_params(optional=("status", "limit", "offset"))
     status = params.get("status", "pending")
-    if status not in ("pending", "decided", "all"):
-        raise ApiError(400, "invalid_request", "status must be pending, decided or all.",
-                       problems=[{"path": "status", "message": "must be pending, decided or all"}])
+    if status not in approvals.STATUS_FILTERS:
+        allowed = ", ".join(approvals.STATUS_FILTERS)
+        raise ApiError(400, "invalid_request", f"status must be one of {allowed}.",
+                       problems=[{"path": "status", "message": f"must be one of {allowed}"}])
     limit = int_param(params, "limit", 50, 1, 100)
     offset = int_param(params, "offset", 0, 0, 10**9)
     return jsonify(approvals.list_approvals(g.db, status, limit, offset))

@@ -13,7 +13,8 @@ from .body import read_empty_object, read_json_object
 
 bp = Blueprint("agent_audit", __name__, url_prefix="/agent-api/v1/conversation-audits")
 
-CREATE_BODY_MAX = 256 * 1024
+# Every POST of the surface reads at most this much (events.ENVELOPE_MAX_BYTES, 2 MiB).
+BODY_MAX = events.ENVELOPE_MAX_BYTES
 
 
 def _too_large(max_bytes: int, observed: int) -> ApiError:
@@ -34,31 +35,31 @@ def capabilities():
 @agent_session_required
 def create():
     available = require_archives(g.db)
-    body = read_json_object(CREATE_BODY_MAX, _too_large)
-    result, created = archives.create(g.db, g.agent_session, body, available)
-    return jsonify(result), 201 if created else 200
+    body = read_json_object(BODY_MAX, _too_large)
+    return jsonify(archives.create(g.db, g.agent_session, body, available))
 
 
 @bp.post("/<archive_id>/confirm")
 @agent_session_required
 def confirm(archive_id: str):
+    archives.parse_archive_id(archive_id)
     available = require_archives(g.db)
-    read_empty_object("confirm", CREATE_BODY_MAX, _too_large)
+    read_empty_object("confirm", BODY_MAX, _too_large)
     return jsonify(archives.confirm(g.db, g.agent_session, archive_id, available))
 
 
 @bp.post("/<archive_id>/events")
 @agent_session_required
 def append(archive_id: str):
+    archives.parse_archive_id(archive_id)
     available = require_archives(g.db)
-    body = read_json_object(events.ENVELOPE_MAX_BYTES, _too_large)
+    body = read_json_object(BODY_MAX, _too_large)
     return jsonify(events.append(g.db, g.agent_session, archive_id, body, available))
 
 
-@bp.route("", methods=["GET"])
+@bp.route("", methods=["GET", "PUT", "PATCH", "DELETE"])
 @bp.route("/<path:_rest>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
 @agent_session_required
 def no_reads(_rest: str = ""):
     """Transcripts are never readable with an agent bearer; unknown endpoints look the same."""
-    require_archives(g.db)
-    raise archives.not_found()
+    raise archives.unknown_endpoint()

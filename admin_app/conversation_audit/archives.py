@@ -19,14 +19,13 @@ from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, ClientApp
 from ..validation import RESERVED_ROUTES, RESOURCE_KEY, Checker, join
 from .availability import Availability
-from .members import (Binding, authorization_invalid, check_locked, live_identity, lock_and_check,
-                      locks_for_archive)
+from .members import Binding, check_locked, live_identity, lock_and_check, locks_for_archive
+from .values import ARCHIVE_REF, client_id, uuid_value, visible_text
 
 SCHEMA = "bailing.agent-conversation-audit.v1"
 CREATE_V2 = "bailing.agent-conversation-audit-create.v2"
 MAX_MEMBERS = 64
-LABEL_MAX = 128
-ID_MAX = 191
+LABEL_MAX = 128  # UTF-16 code units
 V1_FIELDS = ("client_archive_id", "client_conversation_id", "route", "member_session_ids", "member_labels")
 V2_FIELDS = ("schema", "client_archive_id", "client_conversation_id", "members")
 
@@ -67,121 +66,129 @@ def header_view(row: Any) -> dict:
 
 
 def reply(row: Any) -> dict:
-    return {"schema": SCHEMA, "conversation": header_view(row)}
+    """The header flat beside `schema`, as the client SDK reads it; the same header under
+    `conversation` too, for the clients that read it there."""
+    header = header_view(row)
+    return {"schema": SCHEMA, **header, "conversation": header}
 
 
-def _uuid(checker: Checker, value: Any, path: str) -> str | None:
-    if not isinstance(value, str):
-        checker.add(path, "must be a UUID string")
+def _label(checker: Checker, value: Any, path: str) -> str | None:
+    return visible_text(checker, value, path, LABEL_MAX)
+
+
+def _route(checker: Checker, value: Any, path: str) -> str | None:
+    if checker.string(value, path, pattern=RESOURCE_KEY) is None:
         return None
-    try:
-        parsed = uuid.UUID(value)
-    except ValueError:
-        checker.add(path, "must be a UUID")
-        return None
-    if str(parsed) != value:
-        checker.add(path, "must be a UUID in its canonical lowercase 8-4-4-4-12 form")
-        return None
-    return str(parsed)
-
-
-def _label(checker: Checker, value: Any, path: str) -> None:
-    checker.string(value, path, max_len=LABEL_MAX)
-
-
-def _route(checker: Checker, value: Any, path: str) -> None:
-    if checker.string(value, path, pattern=RESOURCE_KEY) is not None and value in RESERVED_ROUTES:
+    if value in RESERVED_ROUTES:
         checker.add(path, f"'{value}' is reserved and cannot be a route")
+        return None
+    return value
 
 
-def _common(checker: Checker, body: dict) -> None:
+def _common(checker: Checker, body: dict) -> dict:
+    found = {}
     if "client_archive_id" in body:
-        _uuid(checker, body["client_archive_id"], "client_archive_id")
+        found["client_archive_id"] = uuid_value(checker, body["client_archive_id"], "client_archive_id")
     if "client_conversation_id" in body:
-        checker.string(body["client_conversation_id"], "client_conversation_id", min_len=1,
-                       max_len=ID_MAX, single_line=True)
+        found["client_conversation_id"] = client_id(checker, body["client_conversation_id"],
+                                                    "client_conversation_id")
+    return found
 
 
-def parse_v1(body: dict, creator: AgentSession) -> tuple[list[Binding], dict[str, str], str]:
+def _member_list(checker: Checker, value: Any, path: str) -> bool:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_MEMBERS:
+        checker.add(path, f"must be a list of 1 to {MAX_MEMBERS} members")
+        return False
+    return True
+
+
+# A parse returns the members in the order sent (their positions), their labels, the writer's
+# route and the normalised input: UUIDs lower-cased, members sorted. The normalised input is what
+# is frozen, so a reordered or upper-cased retry is the same archive.
+Parsed = tuple[list[Binding], dict[str, str], str, dict]
+
+
+def parse_v1(body: dict, creator: AgentSession) -> Parsed:
     checker = Checker()
     checker.obj(body, "", required=V1_FIELDS[:4], optional=V1_FIELDS[4:])
-    _common(checker, body)
-    if "route" in body:
-        _route(checker, body["route"], "route")
-    ids = body.get("member_session_ids")
-    if isinstance(ids, list) and len(ids) > MAX_MEMBERS:
-        raise limit_error(f"At most {MAX_MEMBERS} members.", max_members=MAX_MEMBERS)
-    if "member_session_ids" in body:
-        if not isinstance(ids, list) or not ids:
-            checker.add("member_session_ids", "must be a non-empty list")
-        else:
-            seen: set[str] = set()
-            for i, value in enumerate(ids):
-                sid = _uuid(checker, value, join("member_session_ids", i))
-                if sid in seen:
-                    checker.add(join("member_session_ids", i), "a session may occur only once")
-                seen.add(sid)
-    labels = body.get("member_labels", {})
-    if checker.obj(labels, "member_labels", open_ended=True) is not None:
-        for key, value in labels.items():
-            if not isinstance(ids, list) or key not in ids:
-                checker.add(join("member_labels", key), "labels only sessions in member_session_ids")
-            _label(checker, value, join("member_labels", key))
-    if not checker.problems and str(creator.id) not in ids:
-        checker.add("member_session_ids", "the creating session must be a member")
+    common = _common(checker, body)
+    route = _route(checker, body["route"], "route") if "route" in body else None
+    members: list[str] = []
+    if "member_session_ids" in body and _member_list(checker, body["member_session_ids"],
+                                                     "member_session_ids"):
+        for i, value in enumerate(body["member_session_ids"]):
+            sid = uuid_value(checker, value, join("member_session_ids", i))
+            if sid is not None and sid in members:
+                checker.add(join("member_session_ids", i), "a session may occur only once")
+            elif sid is not None:
+                members.append(sid)
+    labels: dict[str, str] = {}
+    raw_labels = body.get("member_labels", {})
+    if checker.obj(raw_labels, "member_labels", open_ended=True) is not None:
+        for key, value in raw_labels.items():
+            path = join("member_labels", key)
+            sid = uuid_value(checker, key, path)
+            if sid is not None and (sid not in members or sid in labels):
+                checker.add(path, "labels each session of member_session_ids at most once")
+            label = _label(checker, value, path)
+            if sid is not None and label is not None:
+                labels[sid] = label
     if checker.problems:
         raise invalid_request(checker)
-    bindings = [Binding(sid, creator.client_app_id, body["route"]) for sid in ids]
-    return bindings, {sid: labels[sid] for sid in ids if sid in labels}, body["route"]
+    if str(creator.id) not in members:
+        raise not_found()  # the creating session must be a member
+    normalised = {**common, "route": route, "member_session_ids": sorted(members),
+                  "member_labels": dict(sorted(labels.items()))}
+    return [Binding(sid, creator.client_app_id, route) for sid in members], labels, route, normalised
 
 
-def parse_v2(body: dict, creator: AgentSession) -> tuple[list[Binding], dict[str, str], str]:
+def parse_v2(body: dict, creator: AgentSession) -> Parsed:
     checker = Checker()
     mixed = [k for k in ("route", "member_session_ids", "member_labels") if k in body]
     for key in mixed:
         checker.add(key, "is a v1 field; v2 creation takes members only")
     checker.obj({k: v for k, v in body.items() if k not in mixed}, "", required=V2_FIELDS)
-    _common(checker, body)
-    members = body.get("members")
-    if isinstance(members, list) and len(members) > MAX_MEMBERS:
-        raise limit_error(f"At most {MAX_MEMBERS} members.", max_members=MAX_MEMBERS)
-    seen: set[str] = set()
-    if "members" in body:
-        if not isinstance(members, list) or not members:
-            checker.add("members", "must hold 1 to 64 members")
-            members = []
-        for i, member in enumerate(members):
+    common = _common(checker, body)
+    members: list[dict] = []
+    if "members" in body and _member_list(checker, body["members"], "members"):
+        seen: set[str] = set()
+        for i, raw in enumerate(body["members"]):
             path = join("members", i)
-            if checker.obj(member, path, required=("session_id", "client_app_id", "route"),
+            if checker.obj(raw, path, required=("session_id", "client_app_id", "route"),
                            optional=("label",)) is None:
                 continue
-            if "session_id" in member:
-                sid = _uuid(checker, member["session_id"], join(path, "session_id"))
+            member = {}
+            if "session_id" in raw:
+                sid = uuid_value(checker, raw["session_id"], join(path, "session_id"))
                 if sid is not None and sid in seen:
                     checker.add(join(path, "session_id"), "a session may occur only once")
+                member["session_id"] = sid
                 seen.add(sid)
-            if "client_app_id" in member:
-                checker.string(member["client_app_id"], join(path, "client_app_id"), pattern=RESOURCE_KEY)
-            if "route" in member:
-                _route(checker, member["route"], join(path, "route"))
-            if "label" in member:
-                _label(checker, member["label"], join(path, "label"))
-    if not checker.problems and str(creator.id) not in seen:
-        checker.add("members", "the creating session must be a member")
+            if "client_app_id" in raw:
+                member["client_app_id"] = checker.string(raw["client_app_id"], join(path, "client_app_id"),
+                                                         pattern=RESOURCE_KEY)
+            if "route" in raw:
+                member["route"] = _route(checker, raw["route"], join(path, "route"))
+            if "label" in raw:
+                member["label"] = _label(checker, raw["label"], join(path, "label"))
+            members.append(member)
     if checker.problems:
         raise invalid_request(checker)
-    # Validation order is by session id, so the same input always fails on the same member.
-    ordered = sorted(members, key=lambda m: m["session_id"])
-    writer = next(m for m in ordered if m["session_id"] == str(creator.id))
-    if writer["client_app_id"] != creator.client_app_id:
-        raise authorization_invalid("The writer's client_app_id must be the creating bearer's app.")
+    # The writer is the member of the creating bearer's session and app, wherever it stands.
+    writer = next((m for m in members if m["session_id"] == str(creator.id)
+                   and m["client_app_id"] == creator.client_app_id), None)
+    if writer is None:
+        raise not_found()
     bindings = [Binding(m["session_id"], m["client_app_id"], m["route"]) for m in members]
     labels = {m["session_id"]: m["label"] for m in members if "label" in m}
-    return bindings, labels, writer["route"]
+    normalised = {"schema": CREATE_V2, **common,
+                  "members": sorted(members, key=lambda m: m["session_id"])}
+    return bindings, labels, writer["route"], normalised
 
 
-def create(db: Session, creator: AgentSession, body: dict, available: Availability) -> tuple[dict, bool]:
-    """(reply, created). v2 when the body names the v2 schema; otherwise v1."""
+def create(db: Session, creator: AgentSession, body: dict, available: Availability) -> dict:
+    """v2 when the body names a schema (which must be the v2 schema); otherwise v1. A first
+    creation and an identical retry answer alike."""
     version = 2 if "schema" in body else 1
     if version == 2:
         if body["schema"] != CREATE_V2:
@@ -189,22 +196,26 @@ def create(db: Session, creator: AgentSession, body: dict, available: Availabili
         if not available.cross_binding:
             raise ApiError(503, "conversation_audit_cross_binding_unavailable",
                            "Cross-system member bindings are not available on this hub.")
-        bindings, labels, route_key = parse_v2(body, creator)
+        bindings, labels, route_key, normalised = parse_v2(body, creator)
     else:
-        bindings, labels, route_key = parse_v1(body, creator)
-    key = f"{creator.id}:{route_key}:{body['client_archive_id']}"
+        bindings, labels, route_key, normalised = parse_v1(body, creator)
+    client_archive_id = normalised["client_archive_id"]
+    key = f"{creator.id}:{route_key}:{client_archive_id}"
     db.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 57))"), {"k": key})
-    input_hash = sha256_json({"version": version, "input": body})
+    input_hash = sha256_json({"version": version, "input": normalised})
+    # Archives frozen before inputs were normalised hold the hash of the body as sent.
+    frozen_as_sent = sha256_json({"version": version, "input": body})
     existing = db.execute(text(f"""
         SELECT {HEADER_COLUMNS}, input_hash FROM bz_agent_conversation_archives
         WHERE creator_session_id = :creator AND route_key = :route AND client_archive_id = :archive
         FOR UPDATE"""), {"creator": creator.id, "route": route_key,
-                         "archive": body["client_archive_id"]}).first()
-    if existing is not None and existing.input_hash != input_hash:
+                         "archive": client_archive_id}).first()
+    if existing is not None and existing.input_hash not in (input_hash, frozen_as_sent):
         raise conflict("This archive was created with a different frozen input.")
-    sessions = lock_and_check(db, bindings)
+    # Checked in session order, so the same input always fails on the same member.
+    sessions = lock_and_check(db, sorted(bindings, key=lambda b: b.session_id))
     if existing is not None:
-        return reply(existing), False
+        return reply(existing)
     archive_id = uuid.uuid4()
     now = utc_now()
     single = len(bindings) == 1
@@ -215,8 +226,8 @@ def create(db: Session, creator: AgentSession, body: dict, available: Availabili
              {", membership_version" if available.cross_binding else ""})
         VALUES (:id, :archive, :conversation, :creator, :app, :route, :hash, :state, :members, 1,
                 :now, :now {", :version" if available.cross_binding else ""})"""),
-        {"id": archive_id, "archive": body["client_archive_id"],
-         "conversation": body["client_conversation_id"], "creator": creator.id,
+        {"id": archive_id, "archive": client_archive_id,
+         "conversation": normalised["client_conversation_id"], "creator": creator.id,
          "app": creator.client_app_id, "route": route_key, "hash": input_hash,
          "state": "ready" if single else "enrolling", "members": len(bindings), "now": now,
          "version": version})
@@ -243,7 +254,7 @@ def create(db: Session, creator: AgentSession, body: dict, available: Availabili
                  identity_hash{binding_cols})
             VALUES (:archive, :session, :position, :label, :confirmed_at, CAST(:principal AS jsonb),
                     :obo, :identity{binding_vals})"""), values)
-    return reply(load_header(db, archive_id)), True
+    return reply(load_header(db, archive_id))
 
 
 def _json(value: Any) -> str | None:
@@ -260,10 +271,18 @@ def load_header(db: Session, archive_id: Any, *, lock: bool = False):
 
 
 def parse_archive_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise not_found() from None
+    """An archive named in a path. A segment of another shape names no endpoint at all (404
+    `not_found`); one of the right shape that is no UUID is a 400."""
+    if not ARCHIVE_REF.fullmatch(value):
+        raise unknown_endpoint()
+    checker = Checker()
+    if uuid_value(checker, value, "conversation_id") is None:
+        raise invalid_request(checker)
+    return uuid.UUID(value)
+
+
+def unknown_endpoint() -> ApiError:
+    return ApiError(404, "not_found", "Not found.")
 
 
 def _members_sql(available: Availability) -> str:

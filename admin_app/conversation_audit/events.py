@@ -19,15 +19,16 @@ from ..db import at_commit
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession
 from ..runtime.models import Run
-from ..validation import Checker, join, utf16_len
-from .archives import (ID_MAX, conflict, group_bindings, limit_error, locked_archive_for_member,
+from ..validation import SAFE_INTEGER_MAX, Checker, join
+from .archives import (conflict, group_bindings, limit_error, locked_archive_for_member,
                        not_found, parse_archive_id)
 from .availability import Availability
 from .members import check_locked
+from .values import client_id, uuid_value, visible_text
 
 ACK = "bailing.agent-conversation-audit-ack.v1"
 BATCH_MAX = 50
-TEXT_MAX_UNITS = 64000
+TEXT_MAX_UNITS = 64000  # UTF-16 code units
 BATCH_TEXT_MAX_BYTES = 256 * 1024
 ARCHIVE_MAX_EVENTS = 20000
 ARCHIVE_MAX_TEXT_BYTES = 16 * 1024 * 1024
@@ -45,14 +46,15 @@ TURN_END_STATUSES = ("completed", "failed", "cancelled")
 
 
 def _validate(body: dict) -> list[dict]:
+    """The batch, normalised (UUIDs lower-cased). A broken rule is a 400, a passed limit a 413;
+    events are checked in order and the first that fails answers, as in Core."""
     checker = Checker()
     checker.obj(body, "", required=("events",))
     events = body.get("events")
-    if not isinstance(events, list) or not events:
-        checker.add("events", "must be a list of 1 to 50 events")
+    if not isinstance(events, list) or not 1 <= len(events) <= BATCH_MAX:
+        checker.add("events", f"must be a list of 1 to {BATCH_MAX} events")
         raise invalid_request(checker)
-    if len(events) > BATCH_MAX:
-        raise limit_error(f"A batch holds at most {BATCH_MAX} events.", max_events=BATCH_MAX)
+    normalised: list[dict] = []
     batch_bytes = 0
     for i, event in enumerate(events):
         path = join("events", i)
@@ -62,35 +64,31 @@ def _validate(body: dict) -> list[dict]:
             continue
         if checker.obj(event, path, required=BASE_FIELDS + EXTRA_FIELDS.get(kind, ())) is None:
             continue
+        if "sequence" in event:
+            sequence = checker.integer(event["sequence"], join(path, "sequence"), minimum=1,
+                                       maximum=SAFE_INTEGER_MAX)
+            if sequence is not None and sequence > ARCHIVE_MAX_EVENTS and not checker.problems:
+                raise limit_error(f"An archive holds at most {ARCHIVE_MAX_EVENTS} events.",
+                                  max_events=ARCHIVE_MAX_EVENTS)
         for key in ("event_id", "client_turn_id"):
             if key in event:
-                checker.string(event[key], join(path, key), min_len=1, max_len=ID_MAX, single_line=True)
-        if "sequence" in event:
-            checker.integer(event["sequence"], join(path, "sequence"), minimum=1, maximum=2**31 - 1)
+                client_id(checker, event[key], join(path, key))
+        clean = dict(event)
         if "content" in event:
-            content = event["content"]
-            if not isinstance(content, str):
-                checker.add(join(path, "content"), "must be a string")
-            else:
-                if utf16_len(content) > TEXT_MAX_UNITS:
-                    raise limit_error(f"{join(path, 'content')} exceeds {TEXT_MAX_UNITS} UTF-16 code units.",
-                                      max_text_units=TEXT_MAX_UNITS)
-                batch_bytes += len(content.encode("utf-8"))
+            if visible_text(checker, event["content"], join(path, "content"), TEXT_MAX_UNITS) is not None:
+                batch_bytes += len(event["content"].encode("utf-8"))
         if "status" in event and event["status"] not in TURN_END_STATUSES:
             checker.add(join(path, "status"), "must be completed, failed or cancelled")
         for key in ("run_id", "member_session_id"):
             if key in event:
-                try:
-                    if not isinstance(event[key], str) or str(uuid.UUID(event[key])) != event[key]:
-                        raise ValueError
-                except ValueError:
-                    checker.add(join(path, key), "must be a UUID in canonical lowercase form")
+                clean[key] = uuid_value(checker, event[key], join(path, key))
+        normalised.append(clean)
     if checker.problems:
         raise invalid_request(checker)
     if batch_bytes > BATCH_TEXT_MAX_BYTES:
         raise limit_error(f"A batch holds at most {BATCH_TEXT_MAX_BYTES} bytes of text.",
                           max_batch_text_bytes=BATCH_TEXT_MAX_BYTES)
-    return events
+    return normalised
 
 
 def _stored(db: Session, archive_id: Any, first: int, last: int) -> dict[int, tuple[str, str]]:

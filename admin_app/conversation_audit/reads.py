@@ -8,13 +8,14 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from ..canonical import iso
-from .archives import HEADER_COLUMNS, header_view, not_found, parse_archive_id
+from .archives import HEADER_COLUMNS, header_view, not_found
 from .availability import Availability
 
 LIST_SCHEMA = "bailing.agent-conversation-audit-list.v1"
 DETAIL_SCHEMA = "bailing.agent-conversation-audit-detail.v1"
-LIST_MAX = 100
-EVENTS_MAX = 200
+# Paging parameters are clamped into these ranges, never refused for being outside them.
+LIST_LIMIT = (50, 1, 100)  # default, minimum, maximum
+EVENTS_LIMIT = (100, 1, 200)
 
 
 def list_archives(db: Session, limit: int, offset: int) -> dict:
@@ -28,7 +29,8 @@ def list_archives(db: Session, limit: int, offset: int) -> dict:
 
 
 def member_view(row: Any, available: Availability) -> dict:
-    view = {"session_id": str(row.session_id), "display_label": row.label,
+    # An unlabelled member is shown by its session id.
+    view = {"session_id": str(row.session_id), "display_label": row.label or str(row.session_id),
             "confirmed": row.confirmed_at is not None}
     if row.confirmed_at is not None:
         view["principal"] = row.principal
@@ -55,9 +57,8 @@ def event_view(row: Any) -> dict:
     return view
 
 
-def archive_detail(db: Session, archive_ref: str, after_sequence: int, limit: int,
+def archive_detail(db: Session, archive_id: Any, after_sequence: int, limit: int,
                    available: Availability) -> dict:
-    archive_id = parse_archive_id(archive_ref)
     header = db.execute(text(f"SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives WHERE id = :id"),
                         {"id": archive_id}).first()
     if header is None:
@@ -74,7 +75,8 @@ def archive_detail(db: Session, archive_ref: str, after_sequence: int, limit: in
         "members": [member_view(m, available) for m in members],
         "events": [event_view(e) for e in page],
         "has_more": has_more,
-        "next_after_sequence": page[-1].sequence if has_more else None,
+        # Always a number: where the next page starts, even past the end.
+        "next_after_sequence": page[-1].sequence if page else after_sequence,
     }
 
 

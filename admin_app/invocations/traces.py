@@ -59,3 +59,164 @@ def job_trace(db: Session, job_ref: str, available: Availability) -> dict:
     if inv.run_id is not None:
         job.update(run_audit_link(db, inv.run_id, available))
     return {"schema": "bailing.tool-job-trace.v1", "job": job}
+
+
+# ------------------------------------------------------------------ Core-shaped traces
+# The trace views of the admin API's Core paths. Events are rebuilt from what the hub records
+# (the invocation, its approval and its dispatch journal); their detail keeps scalars only, and
+# for a tool call the argument key names, never values.
+
+TRACE_SOURCE_HUB = "hub_governance"
+TRACE_STAGES = ("launch", "context", "summary", "recovery", "approval", "tool", "delivery", "channel",
+                "execution", "config", "system")
+# States that ask an operator to look (warning) or that went wrong (error).
+_WARNING_STATES = ("awaiting_approval", "denied", "business_rejected", "rejected_before_dispatch")
+_ERROR_STATES = ("reconciliation_required",)
+
+
+def trace_event(ts, event: str, stage: str, severity: str, title: str, summary: str, detail: dict,
+                source: str, tool_job_id: str | None = None) -> dict:
+    item = {"ts": iso(ts), "event": event, "stage": stage, "severity": severity, "title": title,
+            "summary": summary, "detail": detail, "source": source}
+    if tool_job_id is not None:
+        item["tool_job_id"] = tool_job_id
+    return item
+
+
+def _summary(*parts) -> str:
+    return " · ".join(str(p) for p in parts if p not in (None, ""))
+
+
+def _state_severity(inv: Invocation) -> str:
+    if inv.status in _ERROR_STATES or (inv.status == "executed" and inv.business_status is not None
+                                       and not 200 <= inv.business_status < 300):
+        return "error"
+    return "warning" if inv.status in _WARNING_STATES else "info"
+
+
+def _approval_number(approval: Approval):
+    return getattr(approval, "number", None) or str(approval.id)
+
+
+def job_events(db: Session, inv: Invocation, approvals: list[Approval]) -> list[dict]:
+    """The governance events of one tool job, oldest first."""
+    job_id = str(inv.id)
+    base = {"tool": inv.tool, "scope": inv.scope, "route": inv.route_key,
+            "invocation_id": inv.invocation_id}
+    events = [trace_event(inv.created_at, "agent_tool_invocation_created", "tool", "info",
+                          "Tool invocation created", _summary(inv.tool, inv.route_key), dict(base),
+                          TRACE_SOURCE_HUB, job_id)]
+    for approval in approvals:
+        number = _approval_number(approval)
+        events.append(trace_event(approval.created_at, "tool_approval_pending", "approval", "warning",
+                                  "Tool awaiting approval", _summary(number, inv.tool),
+                                  {"approval_id": number, "tool": inv.tool}, TRACE_SOURCE_HUB, job_id))
+        if approval.decided_at is not None and approval.status in ("approved", "denied"):
+            event = "tool_approved" if approval.status == "approved" else "tool_denied"
+            events.append(trace_event(approval.decided_at, event, "approval", "info",
+                                      "Tool approved" if approval.status == "approved" else "Tool denied",
+                                      _summary(number, inv.tool, approval.decided_by),
+                                      {"approval_id": number, "tool": inv.tool, "by": approval.decided_by},
+                                      TRACE_SOURCE_HUB, job_id))
+    journal = db.get(JournalEntry, inv.id)
+    if journal is not None:
+        call = {"tool": inv.tool, "scope": inv.scope, "method": journal.method, "path": journal.path}
+        if inv.argument_keys:
+            call["argument_keys"] = list(inv.argument_keys)
+        events.append(trace_event(journal.started_at, "tool_call", "tool", "info", "Tool call",
+                                  _summary(inv.tool, inv.scope, journal.method, journal.path), call,
+                                  TRACE_SOURCE_HUB, job_id))
+        if journal.finished_at is not None:
+            result = {"tool": inv.tool, "status": journal.http_status}
+            events.append(trace_event(journal.finished_at, "tool_result", "tool",
+                                      "error" if journal.http_status is None or journal.http_status >= 400
+                                      else "info", "Tool result",
+                                      _summary(inv.tool, journal.http_status and f"HTTP {journal.http_status}"),
+                                      result, TRACE_SOURCE_HUB, job_id))
+    state = {**base, "state": inv.status}
+    if inv.business_status is not None:
+        state["business_status"] = inv.business_status
+    events.append(trace_event(inv.updated_at, "agent_tool_invocation_state", "tool", _state_severity(inv),
+                              "Tool invocation state", _summary(inv.tool, inv.status,
+                                                                inv.business_status and f"business={inv.business_status}"),
+                              state, TRACE_SOURCE_HUB, job_id))
+    return sorted(events, key=lambda e: e["ts"])  # stable: same-time events keep their order
+
+
+def approvals_of(db: Session, job_id: uuid.UUID) -> list[Approval]:
+    return list(db.scalars(select(Approval).where(Approval.job_id == job_id)
+                           .order_by(Approval.created_at, Approval.id)))
+
+
+def elapsed_ms(start, end) -> int | None:
+    if start is None or end is None or end < start:
+        return None
+    return int((end - start).total_seconds() * 1000)
+
+
+def invocation_row(inv: Invocation, approvals: list[Approval], event_count: int) -> dict:
+    """One invocation of a run trace."""
+    latest = approvals[-1] if approvals else None
+    executed = inv.status == "executed"
+    row = {"job_id": str(inv.id), "invocation_id": inv.invocation_id, "tool": inv.tool,
+           "status": inv.status, "state": inv.status,
+           "ok": (inv.business_status is not None and 200 <= inv.business_status < 300) if executed else None,
+           "business_status": inv.business_status,
+           "approval_status": latest.status if latest else None,
+           "approval_id": _approval_number(latest) if latest else None,
+           "event_count": event_count}
+    duration = elapsed_ms(inv.created_at, inv.updated_at)
+    if duration is not None:
+        row["duration_ms"] = duration
+    row.update(created_at=iso(inv.created_at), updated_at=iso(inv.updated_at))
+    return row
+
+
+def core_job_trace(db: Session, job_ref: str, available: Availability) -> dict:
+    """`GET /admin/api/runs/:job_id/trace`: the job, its events, approvals and the run's visible
+    messages. Argument values are never kept by the hub, so `raw_input` is null."""
+    try:
+        job_id = uuid.UUID(job_ref)
+    except ValueError:
+        raise ApiError(404, "not_found", "Not found.") from None
+    inv = db.get(Invocation, job_id)
+    if inv is None:
+        raise ApiError(404, "not_found", "Not found.")
+    from ..runtime.traces import visible_messages  # the runtime's traces build on this module
+
+    approvals = approvals_of(db, inv.id)
+    events = job_events(db, inv, approvals)
+    messages = visible_messages(db, inv.run_id) if inv.run_id is not None else []
+    job = {**job_view(db, inv), "raw_input": None}
+    if inv.run_id is not None:
+        job.update(run_audit_link(db, inv.run_id, available))
+    stage_count = dict.fromkeys(TRACE_STAGES, 0)
+    for event in events:
+        stage_count[event["stage"]] += 1
+    # Deliveries, model requests, perceptions and knowledge events belong to hub-run jobs; an
+    # agent's tool job has none.
+    summary = {"job_id": str(inv.id), "request_id": inv.invocation_id, "status": inv.status,
+               "stage_count": stage_count, "event_count": len(events),
+               "error_count": sum(e["severity"] == "error" for e in events),
+               "warning_count": sum(e["severity"] == "warning" for e in events),
+               "tool_calls": sum(e["event"] == "tool_call" for e in events),
+               "tool_results": sum(e["event"] == "tool_result" for e in events),
+               "approvals": len(approvals), "deliveries": 0, "llm_requests": 0, "perceptions": 0,
+               "knowledge_events": 0, "message_count": len(messages)}
+    duration = elapsed_ms(inv.created_at, inv.updated_at)
+    if duration is not None:
+        summary["duration_ms"] = duration
+    return {
+        "job": job,
+        "trace": {"summary": summary, "events": events},
+        "approvals": [{"id": _approval_number(a), "approval_id": str(a.id), "job_id": str(a.job_id),
+                       "tool": a.tool, "risk": a.risk, "args_hash": a.args_hash,
+                       "argument_keys": list(a.argument_keys), "status": a.status,
+                       "decided_by": a.decided_by,
+                       "created_at": iso(a.created_at), "decided_at": iso(a.decided_at)}
+                      for a in approvals],
+        "messages": messages,
+        "lookup": None,
+        "debug_bundle": None,
+        "debug_report": None,
+    }
