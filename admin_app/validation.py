@@ -15,6 +15,14 @@ RESERVED_ROUTES = frozenset({"auto"})
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 SAFE_INTEGER_MAX = 2**53 - 1  # the largest integer every JSON client holds exactly
 
+# The value rules upstream Core and the official client SDK share, so that what one accepts the
+# other accepts too: UUIDs of versions 1 to 5 (either case), client identifiers of 1 to 128
+# characters, and what JavaScript's trim() removes (a text made only of it is blank).
+UUID_V1_5 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", re.I)
+CLIENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+JS_BLANK = " \t\n\v\f\r\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+           "\u2028\u2029\u202f\u205f\u3000\ufeff"
+
 
 class Invalid(Exception):
     def __init__(self, problems: list[tuple[str, str]]):
@@ -30,6 +38,28 @@ def utf16_len(text: str) -> int:
     if text.isascii():
         return len(text)
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def is_blank(text: str) -> bool:
+    return not text.strip(JS_BLANK)
+
+
+def client_text(checker: "Checker", value: Any, path: str, max_units: int, *,
+                blank_ok: bool = False) -> str | None:
+    """Text a client sent, kept exactly as sent: a string of at most `max_units` UTF-16 code
+    units (as clients count), with no control character other than tab, LF and CR, and not
+    blank unless `blank_ok`. None (with a problem) otherwise."""
+    if not isinstance(value, str):
+        checker.add(path, "must be a string")
+    elif utf16_len(value) > max_units:
+        checker.add(path, f"must be at most {max_units} UTF-16 code units")
+    elif CONTROL_CHARS.search(value):
+        checker.add(path, "must not contain control characters other than tab, LF and CR")
+    elif not blank_ok and is_blank(value):
+        checker.add(path, "must not be blank")
+    else:
+        return value
+    return None
 
 
 _UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")

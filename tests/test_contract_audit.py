@@ -446,7 +446,7 @@ def test_admin_detail_members_events_and_paging(server, people, reader, sql):
 
 
 @pytest.mark.parametrize("ref, status, code", [
-    (str(uuid.uuid4()), 404, "conversation_audit_not_found"),
+    ("6f1c2a3e-8d4b-4c5a-9e7f-0a1b2c3d4e5f", 404, "conversation_audit_not_found"),
     ("x" * 36, 404, "not_found"),  # not of the archive path's characters
     ("0" * 36, 400, "invalid_request"),
     ("12345678-1234-0234-8234-123456789012", 400, "invalid_request"),  # version 0

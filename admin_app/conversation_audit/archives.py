@@ -17,10 +17,10 @@ from ..canonical import iso, sha256_json, utc_now
 from ..db import pipelined
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, ClientApp
-from ..validation import RESERVED_ROUTES, RESOURCE_KEY, Checker, join
+from ..validation import RESERVED_ROUTES, RESOURCE_KEY, Checker, client_text, join
 from .availability import Availability
 from .members import Binding, check_locked, live_identity, lock_and_check, locks_for_archive
-from .values import ARCHIVE_REF, client_id, uuid_value, visible_text
+from .values import ARCHIVE_REF, client_id, uuid_value
 
 SCHEMA = "bailing.agent-conversation-audit.v1"
 CREATE_V2 = "bailing.agent-conversation-audit-create.v2"
@@ -73,7 +73,7 @@ def reply(row: Any) -> dict:
 
 
 def _label(checker: Checker, value: Any, path: str) -> str | None:
-    return visible_text(checker, value, path, LABEL_MAX)
+    return client_text(checker, value, path, LABEL_MAX)
 
 
 def _route(checker: Checker, value: Any, path: str) -> str | None:

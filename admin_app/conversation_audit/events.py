@@ -19,12 +19,12 @@ from ..db import at_commit
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession
 from ..runtime.models import Run
-from ..validation import SAFE_INTEGER_MAX, Checker, join
+from ..validation import SAFE_INTEGER_MAX, Checker, client_text, join
 from .archives import (conflict, group_bindings, limit_error, locked_archive_for_member,
                        not_found, parse_archive_id)
 from .availability import Availability
 from .members import check_locked
-from .values import client_id, uuid_value, visible_text
+from .values import client_id, uuid_value
 
 ACK = "bailing.agent-conversation-audit-ack.v1"
 BATCH_MAX = 50
@@ -75,7 +75,7 @@ def _validate(body: dict) -> list[dict]:
                 client_id(checker, event[key], join(path, key))
         clean = dict(event)
         if "content" in event:
-            if visible_text(checker, event["content"], join(path, "content"), TEXT_MAX_UNITS) is not None:
+            if client_text(checker, event["content"], join(path, "content"), TEXT_MAX_UNITS) is not None:
                 batch_bytes += len(event["content"].encode("utf-8"))
         if "status" in event and event["status"] not in TURN_END_STATUSES:
             checker.add(join(path, "status"), "must be completed, failed or cancelled")

@@ -33,7 +33,7 @@ from ..identity.models import AgentSession, ToolProvider
 from ..identity.sessions import authenticate_access
 from ..identity.workspace import resolve_route
 from ..runtime.models import Run
-from ..validation import Checker
+from ..validation import UUID_V1_5, Checker
 from . import dispatch, js_json
 from .models import Approval, Invocation, JournalEntry
 from .policy import TypeMismatch, approval_policy
@@ -51,7 +51,6 @@ REQUIRED = ("invocation_id", "route", "capability_revision", "tool", "arguments"
 RUN_FIELDS = ("agent_run_id", "run_id")
 # Invocation ids (chosen by the caller) and capability revisions: 64 lowercase hex digits.
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-RUN_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.I)
 
 
 def too_large(scope: str, max_bytes: int, **size) -> ApiError:
@@ -95,7 +94,7 @@ def validate_request(body: dict) -> uuid.UUID | None:
         _pattern(checker, body, "tool", TOOL_NAME, "a tool name (" + TOOL_NAME.pattern + ")")
     runs = {n: body[n] for n in RUN_FIELDS if body.get(n) is not None}  # null: no run, as before
     for name in runs:
-        _pattern(checker, runs, name, RUN_ID, "a UUID")
+        _pattern(checker, runs, name, UUID_V1_5, "a UUID")
     if not checker.problems and len(runs) == 2 and runs["agent_run_id"].lower() != runs["run_id"].lower():
         checker.add("run_id", "must equal agent_run_id when both are given")
     if "arguments" in body and not isinstance(body["arguments"], dict):

@@ -12,7 +12,7 @@ from ..catalog.projection import project
 from ..catalog.search import SEARCH_LIMIT, discovery, rank
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, Route
-from ..validation import Checker
+from ..validation import Checker, client_text
 from . import client_input, profile, task_binding
 from .turns import SEARCH_QUERY_CHARS, find_run, user_input_of
 
@@ -28,8 +28,7 @@ def search(db: Session, session: AgentSession, route: Route, body: dict) -> dict
     checker.obj(body, "", optional=("query", "run_id", "limit"))
     query = ""
     if "query" in body:
-        query = client_input.text(checker, body["query"], "query", SEARCH_QUERY_CHARS,
-                                  require_content=False) or ""
+        query = client_text(checker, body["query"], "query", SEARCH_QUERY_CHARS, blank_ok=True) or ""
     run_id = None
     if "run_id" in body:
         run_id = client_input.run_id(body["run_id"])

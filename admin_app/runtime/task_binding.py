@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..conversation_audit.values import UUID
 from ..errors import ApiError
 from ..identity.models import AgentSession
+from ..validation import UUID_V1_5
 
 SCHEMA = "bailing.agent-task-binding.v1"
 FIELDS = ("schema_version", "task_id", "scope_hash")
@@ -34,7 +34,7 @@ def parse(value: Any) -> dict:
     if value["schema_version"] != SCHEMA:
         raise ApiError(501, "TASK_UNSUPPORTED", "This task binding schema is not supported.")
     task_id, scope_hash = value["task_id"], value["scope_hash"]
-    if not isinstance(task_id, str) or not UUID.fullmatch(task_id):
+    if not isinstance(task_id, str) or not UUID_V1_5.fullmatch(task_id):
         raise _invalid("task_binding.task_id must be a UUID (versions 1 to 5).")
     if not isinstance(scope_hash, str) or not HEX64.fullmatch(scope_hash):
         raise _invalid("task_binding.scope_hash must be 64 lowercase hex digits.")

@@ -9,11 +9,11 @@ from sqlalchemy.orm import Session
 from ..canonical import iso
 from ..conversation_audit.availability import Availability
 from ..conversation_audit.reads import run_audit_link
-from ..conversation_audit.values import UUID
 from ..errors import ApiError
 from ..invocations.models import Invocation
 from ..invocations.traces import (approvals_of, elapsed_ms, invocation_row, job_events, jobs_of_run,
                                   trace_event)
+from ..validation import UUID_V1_5
 from .models import Message, Run
 
 
@@ -82,7 +82,7 @@ def _completion_text(completion: dict | None, key: str) -> str | None:
 def agent_client_trace(db: Session, thread_ref: str, run_ref: str, available: Availability) -> dict:
     """`GET /admin/api/threads/:thread_id/agent-runs/:run_id/trace`: the run, the events the hub
     can rebuild for it, and its tool invocations. 404 unless the run is on that thread."""
-    run = db.get(Run, uuid.UUID(run_ref)) if UUID.fullmatch(run_ref) else None
+    run = db.get(Run, uuid.UUID(run_ref)) if UUID_V1_5.fullmatch(run_ref) else None
     on_thread = thread_ref.isascii() and thread_ref.isdigit() and len(thread_ref) <= 19
     if run is None or not on_thread or int(thread_ref) != run.thread_id:
         raise ApiError(404, "not_found", "Not found.")

@@ -23,7 +23,7 @@ from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, Route
 from ..identity.workspace import resolve_route
 from ..invocations.js_json import byte_length
-from ..validation import Checker, join
+from ..validation import Checker, client_text, join
 from . import client_input, knowledge, memory, profile, task_binding
 from .models import Message, Run, Thread
 
@@ -76,8 +76,7 @@ def normalise_turn(body: dict, session: AgentSession) -> dict:
         if key in body:
             turn[key] = client_input.identifier(checker, body[key], key)
     if "user_input" in body:
-        turn["user_input"] = client_input.text(checker, body["user_input"], "user_input", USER_INPUT_MAX,
-                                               require_content=True)
+        turn["user_input"] = client_text(checker, body["user_input"], "user_input", USER_INPUT_MAX)
     if "page_context" in body:
         if isinstance(body["page_context"], dict):
             turn["page_context"] = body["page_context"]
@@ -231,11 +230,10 @@ def normalise_completion(body: dict) -> dict:
             checker.add("status", "must be one of " + ", ".join(COMPLETION_STATUSES))
         done["status"] = body["status"]
     if "content" in body:
-        done["content"] = client_input.text(checker, body["content"], "content", CONTENT_MAX,
-                                            require_content=True)
+        done["content"] = client_text(checker, body["content"], "content", CONTENT_MAX)
     for key in ("model", "runtime"):
         if key in body:
-            done[key] = client_input.text(checker, body[key], key, NAME_MAX, require_content=False)
+            done[key] = client_text(checker, body[key], key, NAME_MAX, blank_ok=True)
     if "usage" in body:
         usage = checker.obj(body["usage"], "usage", optional=USAGE_FIELDS)
         if usage is not None:
