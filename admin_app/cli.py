@@ -349,13 +349,119 @@ def admins_create(username: str, role: str, password_stdin: bool):
 
 @admins.command("token")
 @click.argument("username")
+@click.option("--days", type=int, default=90, show_default=True, help="Days until the token expires.")
 @hub_command
-def admins_token(username: str):
+def admins_token(username: str, days: int):
     """Issue a personal admin API token (a bearer for /admin/api); it is printed once."""
     from .identity.admins import issue_admin_token
 
     with _hub().db.session() as session:
-        _emit(issue_admin_token(session, username))
+        _emit(issue_admin_token(session, username, days=days))
+
+
+@admins.command("list")
+@hub_command
+def admins_list():
+    """Every console user: role, state, open sessions, live tokens."""
+    from .identity.admins import list_admins
+
+    with _hub().db.session() as session:
+        _emit({"admins": list_admins(session)})
+
+
+@admins.command("disable")
+@click.argument("username")
+@hub_command
+def admins_disable(username: str):
+    """Disable USERNAME: sign-in and tokens are refused, open sessions end."""
+    from .identity.admins import operator, set_disabled
+
+    with _hub().db.session() as session:
+        _emit(set_disabled(session, operator(), username, True))
+
+
+@admins.command("enable")
+@click.argument("username")
+@hub_command
+def admins_enable(username: str):
+    """Enable USERNAME again."""
+    from .identity.admins import operator, set_disabled
+
+    with _hub().db.session() as session:
+        _emit(set_disabled(session, operator(), username, False))
+
+
+@admins.command("set-role")
+@click.argument("username")
+@click.argument("role")
+@hub_command
+def admins_set_role(username: str, role: str):
+    """Give USERNAME another ROLE (admin, auditor, approver or support)."""
+    from .identity.admins import operator, set_role
+
+    with _hub().db.session() as session:
+        _emit(set_role(session, operator(), username, role))
+
+
+@admins.command("reset-password")
+@click.argument("username")
+@click.option("--password-stdin", is_flag=True, required=True,
+              help="Read the new password from standard input (never from the command line).")
+@hub_command
+def admins_reset_password(username: str, password_stdin: bool):
+    """Set a new password for USERNAME; every session of theirs ends."""
+    from .identity.admins import operator, reset_password
+
+    password = sys.stdin.readline().rstrip("\r\n")
+    with _hub().db.session() as session:
+        _emit(reset_password(session, operator(), username, password))
+
+
+@admins.group("tokens")
+def admins_tokens():
+    """An admin's API tokens."""
+
+
+@admins_tokens.command("list")
+@click.argument("username")
+@hub_command
+def admins_tokens_list(username: str):
+    """USERNAME's tokens with their expiry, last use and state (never the token itself)."""
+    from .identity.admins import list_tokens
+
+    with _hub().db.session() as session:
+        _emit({"username": username, "tokens": list_tokens(session, username)})
+
+
+@admins_tokens.command("revoke")
+@click.argument("username")
+@click.option("--id", "token_id", type=int, default=None, help="The token to revoke.")
+@click.option("--all", "every", is_flag=True, help="Revoke every live token of USERNAME.")
+@hub_command
+def admins_tokens_revoke(username: str, token_id: int | None, every: bool):
+    """Revoke one of USERNAME's tokens (--id) or all of them (--all)."""
+    from .identity.admins import operator, revoke_tokens
+
+    if (token_id is None) == (not every):
+        _fail("invalid_request", "Give exactly one of --id N and --all.")
+    with _hub().db.session() as session:
+        _emit(revoke_tokens(session, operator(), username, token_id))
+
+
+@admins.group("sessions")
+def admins_sessions():
+    """An admin's console sessions."""
+
+
+@admins_sessions.command("end")
+@click.argument("username")
+@hub_command
+def admins_sessions_end(username: str):
+    """End every console session of USERNAME at once."""
+    from .identity.admins import operator, end_sessions
+
+    with _hub().db.session() as session:
+        _emit(end_sessions(session, operator(), username))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ class Settings:
     refresh_token_ttl: int = 30 * 24 * 3600
     cookie_secure: bool = False
     display_timezone: str = "UTC"
+    console_idle_minutes: int = 30
+    console_max_hours: int = 12
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -62,6 +64,8 @@ class Settings:
             refresh_token_ttl=_int("BAILING_REFRESH_TOKEN_TTL", 30 * 24 * 3600),
             cookie_secure=os.environ.get("BAILING_COOKIE_SECURE", "") in ("1", "true", "yes"),
             display_timezone=_zone(os.environ.get("BAILING_DISPLAY_TIMEZONE") or "UTC"),
+            console_idle_minutes=_int("BAILING_CONSOLE_IDLE_MINUTES", 30),
+            console_max_hours=_int("BAILING_CONSOLE_MAX_HOURS", 12),
         )
 
     def replace(self, **changes) -> "Settings":

@@ -36,9 +36,9 @@ CREDIT = {"customer_id": "C-100234", "credit_limit": 20000}
 ADJUST = {"sku": "ABC-1001", "warehouse_id": "WH-BER", "quantity_delta": -150, "reason": "write_off"}
 # Which navigation links and pages each role may see.
 NAV = {"Conversations": "runs:read", "Runs": "runs:read", "Approvals": "approvals:read",
-       "Access log": "audit:read"}
+       "Access log": "audit:read", "Admins": "admins:manage"}
 ROLES = {
-    "admin": {"runs:read", "audit:read", "approvals:read", "approvals:decide"},
+    "admin": {"runs:read", "audit:read", "approvals:read", "approvals:decide", "admins:manage"},
     "auditor": {"runs:read", "audit:read"},
     "approver": {"approvals:read", "approvals:decide"},
     "support": {"runs:read"},
@@ -212,7 +212,7 @@ class Hub:
         if label:
             body["member_labels"] = {self.session["session_id"]: label}
         response = self.server.post(AUDITS, headers=self.headers(), json=body)
-        assert response.status_code == 201, response.text
+        assert response.status_code == 200, response.text
         conversation_id = response.json()["conversation"]["conversation_id"]
         assert response.json()["conversation"]["state"] == "ready"
         return conversation_id
@@ -233,7 +233,7 @@ class Hub:
         return self._revision
 
     def invoke(self, tool: str, arguments: dict, run_id: str | None = None) -> dict:
-        envelope = {"invocation_id": f"inv-{uuid.uuid4().hex[:12]}", "route": ROUTE,
+        envelope = {"invocation_id": uuid.uuid4().hex + uuid.uuid4().hex, "route": ROUTE,
                     "capability_revision": self.revision(), "tool": tool, "arguments": arguments}
         if run_id:
             envelope["run_id"] = run_id
@@ -885,6 +885,9 @@ def test_every_console_page_runs_under_a_strict_csp_without_violations_or_errors
         (f"/console/approvals/{merge['id']}", "Approval: customer_merge"),
         ("/console/approvals/history", "Decided approvals"),
         ("/console/access-log", "Access log"),
+        ("/console/admins/", "Admins"),
+        (f"/console/admins/{username}", username),
+        ("/console/account", "Your account"),
     ]
     for path, heading in visits:
         view.goto(path)
@@ -928,3 +931,43 @@ def test_the_browser_finds_every_resource_it_asks_for(cli, ui):
     view.page.wait_for_load_state("networkidle")
     view.watch.assert_clean()
     assert view.watch.favicon_errors == []
+
+
+def test_an_admin_disables_a_colleague_whose_open_browser_is_signed_out(hub, ui, sql):
+    boss, colleague = hub.admin("admin"), hub.admin("auditor")
+    theirs = ui()
+    theirs.sign_in(colleague)
+    expect(theirs.page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
+
+    view = ui()
+    page = view.page
+    view.sign_in(boss)
+    page.locator("header nav").get_by_role("link", name="Admins").click()
+    expect(page.get_by_role("heading", name="Admins", exact=True)).to_be_visible()
+    page.locator("#admins").get_by_role("link", name=colleague).click()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Disable").click()
+    expect(page.get_by_role("status")).to_have_text("Disabled; their sessions ended.")
+    assert sql("SELECT disabled FROM bz_admins WHERE username = %s", (colleague,)) == [(True,)]
+    page.get_by_role("link", name="All admins").click()
+    expect(page.locator("#admin-events tbody tr").first).to_contain_text(f"{boss}admin_disabled{colleague}")
+
+    theirs.goto("/console/conversations/")
+    expect(theirs.page.get_by_role("heading", name="Sign in")).to_be_visible()
+    view.watch.assert_clean()
+
+
+def test_sign_out_everywhere_from_the_account_page(hub, ui):
+    username = hub.admin("support")
+    first, second = ui(), ui()
+    first.sign_in(username)
+    second.sign_in(username)
+    page = first.page
+    page.locator("header .who").get_by_role("link", name=re.compile(username)).click()
+    expect(page.get_by_role("heading", name="Your account")).to_be_visible()
+    expect(page.locator("#sessions tbody tr")).to_have_count(2)
+    with page.expect_navigation():
+        page.get_by_role("button", name="Sign out everywhere").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    second.goto("/console/conversations/")
+    expect(second.page.get_by_role("heading", name="Sign in")).to_be_visible()

@@ -33,7 +33,6 @@ HOLDERS = {  # the permission matrix the issue states, written out rather than i
 HOME = {"admin": "/console/conversations/", "auditor": "/console/conversations/",
         "support": "/console/conversations/", "approver": "/console/approvals/"}
 GENERIC = "Wrong username or password."
-LOCKED = "Too many failed sign-ins. Try again later."
 CSRF_REFUSED = "The form has expired or did not come from this console."
 
 AUDITS = "/agent-api/v1/conversation-audits"
@@ -42,7 +41,9 @@ IMG = "<img src=x onerror=alert(1)>"
 XSS_TEXT = f"Hello {SCRIPT} and {IMG} MSG-MARKER"
 ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"
 ESCAPED_IMG = "&lt;img src=x onerror=alert(1)&gt;"
-HTML_CONV = 'conv <i data-pwn="conv">x</i> & co'
+# Client conversation ids are plain identifiers on the wire (no markup can reach the console
+# through them); labels, messages and arguments still carry HTML.
+HTML_CONV = "conv-html.1:a"
 HTML_LABEL = '<img src=y onerror=alert(2) data-pwn="label"> Store A'
 ESCAPED_LABEL = "&lt;img src=y onerror=alert(2) data-pwn="
 NOTE_BODY = f"{SCRIPT} {IMG} <b data-pwn=\"note\">bold</b> SNAPSHOT-MARKER"
@@ -105,11 +106,11 @@ def signed_in(base: str, username: str) -> Browser:
     return browser
 
 
-def admin_row(sql, username: str):
-    """The sign-in throttle of a username (counted whether or not such an admin exists)."""
-    rows = sql("SELECT failed_logins, locked_until, locked_until > now() + interval '14 minutes' "
-               "FROM bz_login_throttle WHERE username = %s", (username,))
-    return rows[0] if rows else (0, None, None)  # no row: no failed attempt was ever counted
+def failures_of(sql, username: str) -> int:
+    """The failed sign-ins counted against an existing admin's account."""
+    rows = sql("SELECT f.failures FROM bz_sign_in_failures f JOIN bz_admins a ON f.key = 'admin:' || a.id "
+               "WHERE a.username = %s", (username,))
+    return rows[0][0] if rows else 0  # no row: no failed attempt was ever counted
 
 
 # ---------------------------------------------------------------- HTML inspection
@@ -197,7 +198,7 @@ class Agent:
             if label is not None:
                 body["member_labels"] = {self.sid: label}
         response = self.server.post(AUDITS, json=body, headers=self.headers)
-        assert response.status_code == 201, response.text
+        assert response.status_code == 200, response.text
         conversation_header = response.json()["conversation"]
         assert conversation_header["state"] == "ready"
         return conversation_header["conversation_id"]
@@ -235,7 +236,7 @@ class Agent:
 
     def note(self, body: str, customer: str = "C-100234") -> dict:
         """customer_note_add, forced to approval: the pending invocation."""
-        envelope = {"invocation_id": f"inv-{uuid.uuid4().hex}", "route": "desk",
+        envelope = {"invocation_id": uuid.uuid4().hex + uuid.uuid4().hex, "route": "desk",
                     "capability_revision": self.revision(), "tool": "customer_note_add",
                     "arguments": {"customer_id": customer, "body": body}}
         response = self.server.post("/agent-api/v1/tool-invocations",
@@ -271,8 +272,8 @@ class World:
 
 @pytest.fixture
 def world(agent, server, cli) -> World:
-    """One console user per role; a run, an archive linking it whose transcript, label and
-    conversation id hold HTML; a pending approval whose arguments hold HTML."""
+    """One console user per role; a run, an archive linking it whose transcript and label hold
+    HTML; a pending approval whose arguments hold HTML."""
     users = {role: make_admin(cli, f"{role}-1", role) for role in ROLES}
     run = agent.turn(HTML_CONV, "turn-1", XSS_TEXT)
     archive = agent.archive(HTML_CONV, label=HTML_LABEL)
@@ -324,36 +325,36 @@ def test_wrong_password_and_unknown_user_get_the_same_generic_401(server, cli, s
         assert response.status_code == 401
         assert flashes(response.text) == [GENERIC]
     assert _without_tokens(wrong.text) == _without_tokens(unknown.text)
-    assert admin_row(sql, "alice")[0] == 1
+    assert failures_of(sql, "alice") == 1
     # Still signed out: the console sends the browser back to the login page.
     browser = Browser(server.url)
     browser.login("alice", "still wrong")
     assert location(browser.get("/console/conversations/")).startswith("/console/login")
 
 
-def test_five_failures_lock_the_account_for_a_while_even_with_the_right_password(server, cli, sql):
+def test_a_strangers_failures_slow_the_account_but_never_refuse_the_right_password(server, cli, sql,
+                                                                                  monkeypatch):
+    from admin_app.console import sign_in_throttle as throttle
+
+    # Quick steps for the test; this live server sees every browser at one address, whose own
+    # limit is tested in tests/test_console_sessions.py.
+    monkeypatch.setattr(throttle, "ACCOUNT_DELAY_STEP", 0.3)
+    monkeypatch.setattr(throttle, "ACCOUNT_MAX_DELAY", 0.9)
+    monkeypatch.setattr(throttle, "ADDRESS_FREE_FAILURES", 1000)
     make_admin(cli, "bob", "auditor")
-    browser = Browser(server.url)
-    for attempt in range(1, 5):
-        response = browser.login("bob", f"wrong-{attempt}")
+    stranger = Browser(server.url)
+    for attempt in range(1, 9):
+        response = stranger.login("bob", f"wrong-{attempt}")
         assert (response.status_code, flashes(response.text)) == (401, [GENERIC])
-        assert admin_row(sql, "bob")[:2] == (attempt, None)
-    assert response.elapsed.total_seconds() >= 1.0  # the fourth failure is slowed
-    fifth = browser.login("bob", "wrong-5")
-    assert (fifth.status_code, flashes(fifth.text)) == (401, [LOCKED])
-    _, locked_until, long_enough = admin_row(sql, "bob")
-    assert locked_until is not None and long_enough
+        assert failures_of(sql, "bob") == attempt
+    assert response.elapsed.total_seconds() >= 0.9  # slowed, up to the bound
 
-    right = browser.login("bob")
-    assert (right.status_code, flashes(right.text)) == (401, [LOCKED])
-    assert location(browser.get("/console/conversations/")).startswith("/console/login")
-    assert admin_row(sql, "bob")[1] == locked_until  # a refused attempt changes nothing
-
-    # Once the while has passed, the right password works again and clears the counters.
-    sql("UPDATE bz_login_throttle SET locked_until = now() - interval '1 second' WHERE username = 'bob'")
-    assert browser.login("bob").status_code == 303
-    assert admin_row(sql, "bob")[:2] == (0, None)
-    assert browser.get("/console/conversations/").status_code == 200
+    owner = Browser(server.url)
+    right = owner.login("bob")
+    assert right.status_code == 303 and location(right) == "/console/"
+    assert right.elapsed.total_seconds() < 0.9 + 3  # held back at most the bound (and one hash)
+    assert failures_of(sql, "bob") == 0
+    assert owner.get("/console/conversations/").status_code == 200
 
 
 def test_repeated_failures_do_not_reveal_whether_a_username_exists(server, cli):
@@ -487,7 +488,7 @@ def test_login_post_without_the_right_token_is_refused(server, cli, sql, token):
     assert response.status_code == 400
     assert CSRF_REFUSED in response.text
     assert _still_signed_out(browser)
-    assert admin_row(sql, "hank")[:2] == (0, None)
+    assert failures_of(sql, "hank") == 0
 
 
 @pytest.mark.parametrize("token", ["missing", "wrong", "other-session"])
@@ -743,9 +744,9 @@ def test_html_in_messages_labels_ids_and_arguments_is_shown_as_text(world):
     transcript = pages["transcript"].text
     assert f"Hello {ESCAPED_SCRIPT} and {ESCAPED_IMG} MSG-MARKER" in transcript
     assert ESCAPED_LABEL in transcript and "Store A" in transcript  # the members table
-    assert "conv &lt;i data-pwn=&#34;conv&#34;&gt;x&lt;/i&gt; &amp; co" in transcript
+    assert HTML_CONV in transcript
     assert ESCAPED_SCRIPT in pages["events"].text
-    assert "conv &lt;i data-pwn=&#34;conv&#34;&gt;x&lt;/i&gt; &amp; co" in pages["list"].text
+    assert HTML_CONV in pages["list"].text
     assert f"Hello {ESCAPED_SCRIPT} and {ESCAPED_IMG}" in pages["run"].text
     assert world.run in pages["runs"].text
     # The queue's bounded summary, and the full snapshot fragment, show the arguments as text.

@@ -1,4 +1,4 @@
-"""The admin console (Flask + htmx): conversations, approvals, run traces, access log."""
+"""The admin console (Flask + htmx): conversations, approvals, run traces, access log, admins."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 from flask import Flask, current_app
 
-from . import approvals, auth, conversations, runs, security
+from . import admins, approvals, auth, conversations, runs, security
 
 
 def init_app(app: Flask) -> None:
@@ -17,6 +17,7 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(conversations.bp)
     app.register_blueprint(approvals.bp)
     app.register_blueprint(runs.bp)
+    app.register_blueprint(admins.bp)
 
 
 def display_time(value: str) -> str:

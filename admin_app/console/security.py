@@ -1,8 +1,17 @@
-"""Console security in one place: sessions and their cookie, CSRF on every unsafe request
-(htmx included), page permissions, and the record of sensitive reads."""
+"""Console security in one place: server-side sessions behind the signed cookie, CSRF on every
+unsafe request (htmx included), input hygiene, caching headers, page permissions, and the record
+of sensitive reads.
+
+Flask-Login keeps the signed-in user; its user id is the console session's random id (the
+"alternative token" pattern), and the user loader accepts it only while the server-side row is
+live. Flask's signed cookie still carries the CSRF token before sign-in, so an anonymous visitor
+adds no row. Flask-Login's "strong" session protection is off: it binds to X-Forwarded-For, which
+any client can set."""
 from __future__ import annotations
 
+import re
 import secrets
+from datetime import timedelta
 from functools import wraps
 
 from flask import Flask, abort, current_app, redirect, render_template, request, session, url_for
@@ -10,6 +19,7 @@ from flask.sessions import SecureCookieSessionInterface
 from flask_login import LoginManager, UserMixin, current_user
 from sqlalchemy import text
 
+from ..identity import console_sessions
 from ..identity.models import Admin
 from ..identity.roles import permissions_of
 
@@ -17,9 +27,18 @@ UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
 login_manager = LoginManager()
 
 
+# Query strings and headers hold no control characters at all (a tab is fine in a header);
+# form fields may also hold line breaks (a denial reason is a textarea).
+CONTROL_IN_QUERY = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+CONTROL_IN_FORM = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+BAD_INPUT = "The request holds control characters."
+
+
 class ConsoleUser(UserMixin):
-    def __init__(self, admin: Admin):
-        self.id = str(admin.id)
+    def __init__(self, admin: Admin, session_id: str, session_hash: str):
+        self.id = session_id  # what Flask-Login keeps in the cookie: the server-side session's id
+        self.session_hash = session_hash
         self.admin_id = admin.id
         self.username = admin.username
         self.role = admin.role
@@ -48,15 +67,39 @@ def database():
     return current_app.extensions["bailing"].db
 
 
+def timeouts() -> console_sessions.Timeouts:
+    settings = current_app.extensions["bailing"].settings
+    return console_sessions.Timeouts(idle=timedelta(minutes=settings.console_idle_minutes),
+                                     absolute=timedelta(hours=settings.console_max_hours))
+
+
 @login_manager.user_loader
-def load_user(user_id: str):
-    if not user_id.isdigit():
-        return None
+def load_user(session_id: str):
     with database().session() as db:
-        admin = db.get(Admin, int(user_id))
-        if admin is None or admin.disabled:
+        live = console_sessions.resume(db, session_id, timeouts())
+        if live is None:
             return None
-        return ConsoleUser(admin)
+        return ConsoleUser(db.get(Admin, live.admin_id), session_id, live.token_hash)
+
+
+def _is_console(path: str) -> bool:
+    return path == "/" or path == "/console" or path.startswith("/console/")
+
+
+def _has_control_characters() -> bool:
+    if CONTROL_IN_QUERY.search(request.path):
+        return True
+    for key, value in request.args.items(multi=True):
+        if CONTROL_IN_QUERY.search(key) or CONTROL_IN_QUERY.search(value):
+            return True
+    for key, value in request.headers.items():
+        if CONTROL_IN_HEADER.search(key) or CONTROL_IN_HEADER.search(value):
+            return True
+    if request.method in UNSAFE:
+        for key, value in request.form.items(multi=True):
+            if CONTROL_IN_QUERY.search(key) or CONTROL_IN_FORM.search(value):
+                return True
+    return False
 
 
 @login_manager.unauthorized_handler
@@ -79,7 +122,12 @@ def init_app(app: Flask) -> None:
     app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
                       SESSION_COOKIE_NAME="bailing_session")
     login_manager.init_app(app)
-    login_manager.session_protection = "strong"
+    login_manager.session_protection = None  # "strong" binds to X-Forwarded-For, which clients forge
+
+    @app.before_request
+    def _hygiene():
+        if _is_console(request.path) and _has_control_characters():
+            abort(400, description=BAD_INPUT)
 
     @app.before_request
     def _csrf():
@@ -90,6 +138,15 @@ def init_app(app: Flask) -> None:
                                                           expected.encode("utf-8")):
                 abort(400, description="The form has expired or did not come from this console. "
                                        "Reload the page and try again.")
+
+    @app.after_request
+    def _console_caching(response):
+        # Pages and downloads hold transcripts and snapshots: never kept by a browser or proxy;
+        # a fragment and its full page differ, so caches must tell them apart.
+        if _is_console(request.path):
+            response.headers["Cache-Control"] = "no-store"
+            response.vary.add("HX-Request")
+        return response
 
     @app.context_processor
     def _console_globals():
@@ -112,6 +169,18 @@ def permission_required(permission: str):
         return wrapper
 
     return decorate
+
+
+def login_required(view):
+    """Pages of any signed-in admin (their own account)."""
+
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        if not current_user.is_authenticated:
+            return login_manager.unauthorized()
+        return view(*args, **kwargs)
+
+    return wrapper
 
 
 def record_read(db, action: str, target: str) -> None:

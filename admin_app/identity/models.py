@@ -99,6 +99,7 @@ class AdminToken(Base):
     admin_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("bz_admins.id"))
     token_hash: Mapped[str]
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
+    expires_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
 

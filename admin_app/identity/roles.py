@@ -1,7 +1,8 @@
 """Admin roles and the permissions each holds: the one place this mapping lives."""
 from __future__ import annotations
 
-PERMISSIONS = ("runs:read", "audit:read", "approvals:read", "approvals:decide", "config:write")
+PERMISSIONS = ("runs:read", "audit:read", "approvals:read", "approvals:decide", "config:write",
+               "admins:manage")
 
 ROLES: dict[str, frozenset[str]] = {
     "admin": frozenset(PERMISSIONS),
