@@ -44,17 +44,10 @@ HEADER_TYPES = {"conversation_id": str, "client_archive_id": str, "client_conver
 @pytest.fixture
 def two_apps(cli, configured, tmp_path):
     """examples/hub.json plus an ERP app with route `orders`."""
-    from tests.conftest import EXAMPLES
+    from tests.test_audit_agent import hub_doc
 
-    doc = json.loads((EXAMPLES / "hub.json").read_text())
-    del doc["tool_providers"]
-    doc["routes"].append({"route_key": "orders", "name": "Order desk", "enabled": True,
-                          "audience": {"enabled": False},
-                          "agent_client": {"enabled": True, "instructions": "Be exact."}})
-    doc["client_apps"].append({"app_id": "erp-demo", "name": "ERP", "allowed_routes": ["orders"],
-                               "enabled": True})
     path = tmp_path / "two-apps.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(hub_doc()))
     code, _, err = cli("config", "apply", str(path))
     assert code == 0, err
 
