@@ -8,7 +8,7 @@ import pytest
 
 from admin_app.cli import main
 from admin_app.demo.command import run_demo
-from admin_app.demo.seed import LONG_ARCHIVE_EVENTS
+from admin_app.demo.seed import LONG_ARCHIVE_EVENTS, demo_invocation_id
 from tests.conftest import serve
 
 COUNTED = ("bz_agent_sessions", "bz_runs", "bz_messages", "bz_tool_invocations", "bz_tool_approvals",
@@ -74,11 +74,11 @@ def test_the_demo_covers_every_invocation_outcome(seeded):
     _, url, _ = seeded
     with psycopg.connect(url) as conn:
         statuses = dict(conn.execute("SELECT invocation_id, status FROM bz_tool_invocations").fetchall())
-    assert statuses["demo-read-acme"] == "executed"
-    assert statuses["demo-raise-acme"] == "executed"  # an approved write
-    assert statuses["demo-raise-northwind"] == "denied"
-    assert statuses["demo-read-contoso"] == "reconciliation_required"
-    assert statuses["demo-import-week-48"] == "awaiting_approval"
+    assert statuses[demo_invocation_id("demo-read-acme")] == "executed"
+    assert statuses[demo_invocation_id("demo-raise-acme")] == "executed"  # an approved write
+    assert statuses[demo_invocation_id("demo-raise-northwind")] == "denied"
+    assert statuses[demo_invocation_id("demo-read-contoso")] == "reconciliation_required"
+    assert statuses[demo_invocation_id("demo-import-week-48")] == "awaiting_approval"
 
 
 def test_running_the_demo_again_adds_nothing(seeded):

@@ -1,25 +1,30 @@
 """Seeding the demo through the hub's own HTTP APIs, as real agents, business backends and
-approvers would. Every step is keyed (sessions kept in the demo state, fixed conversation, turn,
-invocation and archive IDs), so a second run reuses what exists instead of duplicating it."""
+approvers would. Every agent-side call goes through the Agent Client SDK (`admin_app.agent_sdk`),
+which refuses any answer off the wire contract; each agent signs in through the business system's
+consent page. Every step is keyed (session files kept beside the demo state, fixed conversation,
+turn, invocation and archive IDs), so a second run reuses what exists instead of duplicating it."""
 from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import dataclass
 from typing import Callable
 
 import requests
 
+from ..agent_sdk import AgentAuthError, AgentClient, AgentSdkError, ContractError, HubError, SessionStore, login
+from .approver import ConsentError, ConsentPage
+from .consent import DEMO_USERS
 from .state import DemoState
 
 LONG_ARCHIVE_EVENTS = 20000
-BATCH = 50
 NAMESPACE = uuid.UUID("6b7a1f0e-2d55-4d53-9a4e-8f1c3c1d9e21")
 
-# (session name, client app, route, demo user): who the demo's agents act for.
+# (session name, client app, route, demo user at the consent page): who the demo's agents act for.
 AGENTS = (
-    ("crm-alice", "crm-demo", "customers", {"id": "alice", "tenant": "tenant-7", "roles": ["manager"]}, "tenant-7:alice"),
-    ("crm-alice-laptop", "crm-demo", "customers", {"id": "alice", "tenant": "tenant-7", "roles": ["manager"]}, "tenant-7:alice"),
-    ("erp-bob", "erp-demo", "orders", {"id": "bob", "tenant": "tenant-9", "roles": ["clerk"]}, "tenant-9:bob"),
+    ("crm-alice", "crm-demo", "customers", "alice"),
+    ("crm-alice-laptop", "crm-demo", "customers", "alice"),
+    ("erp-bob", "erp-demo", "orders", "bob"),
 )
 
 
@@ -27,8 +32,29 @@ def demo_uuid(name: str) -> str:
     return str(uuid.uuid5(NAMESPACE, name))
 
 
+def demo_invocation_id(name: str) -> str:
+    """The demo's fixed invocation ids, in the contract's form (64 lowercase hex)."""
+    return hashlib.sha256(f"bailing-demo:{name}".encode()).hexdigest()
+
+
 class SeedError(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Run:
+    """A prepared turn, with the keys the demo made it under."""
+    run_id: str
+    conversation: str
+    turn: str
+    capability_revision: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    invocation_id: str
+    state: str | None
+    approval_id: int | None
 
 
 class Seeder:
@@ -40,107 +66,101 @@ class Seeder:
         self.fault = fault
         self.progress = progress
         self.http = requests.Session()
-        self.sessions: dict[str, dict] = {}
+        self.agents: dict[str, AgentClient] = {}
 
     # ---------------------------------------------------------------- plumbing
-    def call(self, method: str, path: str, token: str | None = None, expect=(200, 201), **kwargs) -> dict:
-        headers = kwargs.pop("headers", {})
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        response = self.http.request(method, self.hub + path, headers=headers, timeout=120, **kwargs)
-        if response.status_code not in expect:
+    def admin_call(self, method: str, path: str, **kwargs) -> dict:
+        """The approver's side: the admin API, called as the console calls it."""
+        response = self.http.request(method, self.hub + path, headers=self.admin, timeout=120, **kwargs)
+        if response.status_code != 200:
             raise SeedError(f"{method} {path}: {response.status_code} {response.text[:300]}")
-        return response.json() if response.content else {}
+        return response.json()
 
-    def agent(self, name: str) -> str:
-        return self.sessions[name]["access_token"]
+    def session_id(self, name: str) -> str:
+        return self.agents[name].session_id
 
     # ---------------------------------------------------------------- sessions (Agent Auth)
-    def connect(self, name: str, client: str, route: str, principal: dict, subject: str) -> None:
-        """Reuse the stored session when it still works, refresh it when it can be refreshed,
-        otherwise authorize anew the way a business backend does (with its Client Token)."""
-        stored = self.state.data["sessions"].get(name)
-        if stored:
-            probe = self.http.get(self.hub + "/agent-auth/v1/session", timeout=30,
-                                  headers={"Authorization": f"Bearer {stored['access_token']}"})
-            if probe.status_code == 200:
-                self.sessions[name] = stored
+    def connect(self, name: str, client: str, route: str, user: str) -> None:
+        """Reuse the stored session when it still works (the SDK refreshes it when it must),
+        otherwise sign in anew through the business system's consent page."""
+        store = SessionStore(self.state.agent_store(name), self.http)
+        if store.exists():
+            stored = store.load()
+            if stored.get("hub_url") != self.hub:  # the same hub, served on another port this time
+                store.save({**stored, "hub_url": self.hub})
+            try:
+                agent = AgentClient(store, self.http)
+                agent.session()
+                self.agents[name] = agent
                 return
-            refreshed = self.http.post(self.hub + "/agent-auth/v1/token", timeout=30, json={
-                "grant_type": "refresh_token", "client_app_id": client, "refresh_token": stored["refresh_token"]})
-            if refreshed.status_code == 200:
-                self.sessions[name] = self.state.data["sessions"][name] = refreshed.json()
-                return
-        verifier = uuid.uuid4().hex + uuid.uuid4().hex
-        challenge = _challenge(verifier)
-        callback = "http://127.0.0.1:9/callback"  # the demo exchanges the code itself; nothing listens
-        created = self.call("POST", "/agent-auth/v1/authorizations", json={
-            "client_app_id": client, "redirect_uri": callback, "state": uuid.uuid4().hex,
-            "requested_routes": [route], "device_label": name, "code_challenge": challenge,
-            "code_challenge_method": "S256"})
-        approved = self.call("POST", f"/agent-auth/v1/authorizations/{created['authorization_id']}/approve",
-                             self.state.data["client_tokens"][client],
-                             json={"principal": principal, "on_behalf_of": subject, "allowed_routes": [route]})
-        code = approved["redirect_uri"].split("code=")[1].split("&")[0]
-        issued = self.call("POST", "/agent-auth/v1/token", json={
-            "grant_type": "authorization_code", "client_app_id": client, "code": code,
-            "redirect_uri": callback, "code_verifier": verifier})
-        self.sessions[name] = self.state.data["sessions"][name] = issued
+            except (AgentAuthError, HubError, ContractError):
+                pass  # login() revokes what is stored before it starts
+        login(self.hub, client, [route], device_label=name, store=store, http=self.http, timeout=60,
+              open_url=ConsentPage(user, DEMO_USERS[user]["password"]))
+        self.agents[name] = AgentClient(store, self.http)
 
     # ---------------------------------------------------------------- runtime
-    def turn(self, agent: str, route: str, conversation: str, turn: str, text: str) -> dict:
-        return self.call("POST", f"/agent-api/v1/workspaces/{route}/turns", self.agent(agent), json={
-            "client_conversation_id": conversation, "client_turn_id": turn,
-            "user_message_id": f"{conversation}:{turn}:user", "user_input": text})
+    def turn(self, agent: str, route: str, conversation: str, turn: str, text: str) -> Run:
+        context = self.agents[agent].turn(route, client_conversation_id=conversation, client_turn_id=turn,
+                                          user_message_id=f"{conversation}:{turn}:user", user_input=text)
+        return Run(context.run_id, conversation, turn, context.capability_revision)
 
-    def complete(self, agent: str, run: dict, text: str) -> None:
-        self.call("POST", f"/agent-api/v1/runs/{run['run_id']}/complete", self.agent(agent), json={
-            "assistant_message_id": f"{run['client_conversation_id']}:{run['client_turn_id']}:assistant",
-            "status": "completed", "content": text, "model": "demo-local-model", "runtime": "demo-agent"})
+    def complete(self, agent: str, run: Run, text: str) -> None:
+        self.agents[agent].complete(run.run_id, assistant_message_id=f"{run.conversation}:{run.turn}:assistant",
+                                    status="completed", content=text, model="demo-local-model",
+                                    runtime_name="demo-agent")
 
-    def invoke(self, agent: str, route: str, run: dict | None, invocation: str, tool: str, arguments: dict) -> dict:
-        revision = self.call("GET", f"/agent-api/v1/tools?route={route}", self.agent(agent))["capability_revision"]
-        body = {"invocation_id": invocation, "route": route, "capability_revision": revision,
-                "tool": tool, "arguments": arguments}
-        if run is not None:
-            body["run_id"] = run["run_id"]
-        return self.call("POST", "/agent-api/v1/tool-invocations", self.agent(agent), json=body)
+    def known(self, agent: str, invocation_id: str) -> Outcome | None:
+        """What an earlier run left of this invocation (its read-only receipt), if anything."""
+        try:
+            receipt = self.agents[agent].receipt(invocation_id)
+        except HubError as err:
+            if err.status == 404 and err.code == "invocation_not_found":
+                return None
+            raise
+        return Outcome(invocation_id, receipt.result.state if receipt.result else None, receipt.approval_id)
 
-    def decide_and_resume(self, agent: str, result: dict, decision: str, reason: str) -> None:
+    def invoke(self, agent: str, route: str, run: Run, name: str, tool: str, arguments: dict,
+               before: Callable[[], None] | None = None) -> Outcome:
+        invocation_id = demo_invocation_id(name)
+        earlier = self.known(agent, invocation_id)
+        if earlier is not None:
+            return earlier
+        if before is not None:
+            before()
+        result = self.agents[agent].invoke(route, capability_revision=run.capability_revision,
+                                           agent_run_id=run.run_id, tool=tool, arguments=arguments,
+                                           invocation_id=invocation_id)
+        return Outcome(invocation_id, result.state, result.approval_id)
+
+    def decide_and_resume(self, agent: str, outcome: Outcome, decision: str, reason: str) -> None:
         """An approver decides, then the agent resumes the original invocation; skipped when an
         earlier run already did both."""
-        approval = result.get("approval")
-        if result["status"] != "awaiting_approval" or approval is None:
+        if outcome.state != "awaiting_approval" or outcome.approval_id is None:
             return
-        if approval["state"] == "pending":
-            self.call("POST", f"/admin/api/tool-approvals/{approval['id']}/{decision}", headers=dict(self.admin),
-                      json={"args_hash": approval["args_hash"], "reason": reason})
-        self.call("POST", f"/agent-api/v1/tool-invocations/{result['invocation_id']}/resume",
-                  self.agent(agent), json={})
+        approval = self.admin_call("GET", f"/admin/api/tool-approvals/{outcome.approval_id}")
+        if approval["status"] == "pending":
+            self.admin_call("POST", f"/admin/api/tool-approvals/{outcome.approval_id}/{decision}",
+                            json={"args_hash": approval["args_hash"], "reason": reason})
+        self.agents[agent].resume(outcome.invocation_id)
 
     # ---------------------------------------------------------------- archives
-    def archive(self, creator: str, body: dict, confirmers: list[str]) -> tuple[str, int]:
-        """The archive's id and how many events it already holds (a second run resumes there)."""
-        created = self.call("POST", "/agent-api/v1/conversation-audits", self.agent(creator), json=body)
-        conversation_id = created["conversation"]["conversation_id"]
-        for member in confirmers:
-            self.call("POST", f"/agent-api/v1/conversation-audits/{conversation_id}/confirm", self.agent(member), json={})
-        return conversation_id, created["conversation"]["last_sequence"]
-
-    def append(self, writer: str, archive: tuple[str, int], events: list[dict]) -> None:
-        conversation_id, stored = archive
+    def append(self, writer: str, header, events: list[dict]) -> None:
+        stored = header.last_sequence
         self.progress(min(stored, len(events)))
-        events = [e for e in events if e["sequence"] > stored]
-        for start in range(0, len(events), BATCH):
-            self.call("POST", f"/agent-api/v1/conversation-audits/{conversation_id}/events", self.agent(writer),
-                      json={"events": events[start:start + BATCH]})
-            self.progress(len(events[start:start + BATCH]))
+        self.agents[writer].append_events(header.conversation_id, [e for e in events if e["sequence"] > stored],
+                                          on_batch=lambda batch, ack: self.progress(len(batch)))
 
     # ---------------------------------------------------------------- the story
     def run(self) -> dict:
-        for name, client, route, principal, subject in AGENTS:
-            self.connect(name, client, route, principal, subject)
-        self.state.save()
+        try:
+            return self._story()
+        except (AgentSdkError, ConsentError) as err:  # refused, or answered off the contract
+            raise SeedError(str(err)) from None
+
+    def _story(self) -> dict:
+        for name, client, route, user in AGENTS:
+            self.connect(name, client, route, user)
         made = {}
         made.update(self.credit_review())
         made.update(self.order_desk())
@@ -164,47 +184,36 @@ class Seeder:
         self.decide_and_resume("crm-alice", denied, "deny", "Two late payments this quarter; no increase.")
         self.complete("crm-alice", t3, "The increase for Northwind was denied by the approver.")
         t4 = self.turn("crm-alice", "customers", conv, "t4", "What is Contoso's current status?")
-        if self._status("crm-alice", "demo-read-contoso") is None:
-            self.fault("customer_get")  # the business system drops the connection after answering
-        self.invoke("crm-alice", "customers", t4, "demo-read-contoso", "customer_get", {"customer_id": "C-100236"})
+        # The business system drops the connection after answering: the outcome stays unknown.
+        self.invoke("crm-alice", "customers", t4, "demo-read-contoso", "customer_get", {"customer_id": "C-100236"},
+                    before=lambda: self.fault("customer_get"))
         self.complete("crm-alice", t4, "I could not confirm Contoso's record: the call's outcome is unknown.")
         # Waiting for an approver: a large raise and an e-mail change (forced by the route).
-        self.invoke("crm-alice", "customers", None, "demo-raise-contoso", "customer_update_credit_limit",
+        t5 = self.turn("crm-alice", "customers", conv, "t5",
+                       "Raise Contoso to 25,000 EUR and send its invoices to treasury@contoso.example.")
+        self.invoke("crm-alice", "customers", t5, "demo-raise-contoso", "customer_update_credit_limit",
                     {"customer_id": "C-100236", "credit_limit": 25000})
-        self.invoke("crm-alice", "customers", None, "demo-email-contoso", "customer_update_email",
+        self.invoke("crm-alice", "customers", t5, "demo-email-contoso", "customer_update_email",
                     {"customer_id": "C-100236", "email": "treasury@contoso.example", "notify_customer": True})
+        self.complete("crm-alice", t5, "Both changes are waiting for an approver.")
 
-        v1 = self.archive("crm-alice", {
-            "client_archive_id": demo_uuid("archive-credit-review"), "client_conversation_id": conv,
-            "route": "customers",
-            "member_session_ids": [self.sessions["crm-alice"]["session_id"],
-                                   self.sessions["crm-alice-laptop"]["session_id"]],
-            "member_labels": {self.sessions["crm-alice"]["session_id"]: "Alice (desktop)",
-                              self.sessions["crm-alice-laptop"]["session_id"]: "Alice (laptop)"}},
-            ["crm-alice-laptop"])
-        events, seq = [], 0
-        for run, user, answer, status in ((t1, "Find ACME and show its credit limit.",
-                                           "ACME Industrial GmbH (C-100234) has a credit limit of 5,000 EUR.", "completed"),
-                                          (t2, "Raise it to 50,000 EUR, they signed a framework deal.",
-                                           "Done: the credit limit of ACME is now 50,000 EUR (approved).", "completed"),
-                                          (t3, "Also raise Northwind to 80,000 GBP.",
-                                           "The increase for Northwind was denied by the approver.", "completed"),
-                                          (t4, "What is Contoso's current status?",
-                                           "I could not confirm Contoso's record: the call's outcome is unknown.", "failed")):
-            turn = run["client_turn_id"]
-            for event in ({"kind": "turn_start"}, {"kind": "user_message", "content": user},
-                          {"kind": "run_link", "run_id": run["run_id"],
-                           "member_session_id": self.sessions["crm-alice"]["session_id"]},
-                          {"kind": "assistant_message", "content": answer}, {"kind": "turn_end", "status": status}):
-                seq += 1
-                events.append({"event_id": f"{turn}-{seq}", "sequence": seq, "client_turn_id": turn, **event})
+        desktop, laptop = self.session_id("crm-alice"), self.session_id("crm-alice-laptop")
+        v1 = self.agents["crm-alice"].create_archive(
+            "customers", client_archive_id=demo_uuid("archive-credit-review"), client_conversation_id=conv,
+            member_session_ids=[desktop, laptop],
+            member_labels={desktop: "Alice (desktop)", laptop: "Alice (laptop)"})
+        self.agents["crm-alice-laptop"].confirm_archive(v1.conversation_id, member_count=2)
+        events = _transcript(desktop, (
+            (t1, "Find ACME and show its credit limit.",
+             "ACME Industrial GmbH (C-100234) has a credit limit of 5,000 EUR.", "completed"),
+            (t2, "Raise it to 50,000 EUR, they signed a framework deal.",
+             "Done: the credit limit of ACME is now 50,000 EUR (approved).", "completed"),
+            (t3, "Also raise Northwind to 80,000 GBP.",
+             "The increase for Northwind was denied by the approver.", "completed"),
+            (t4, "What is Contoso's current status?",
+             "I could not confirm Contoso's record: the call's outcome is unknown.", "failed")))
         self.append("crm-alice", v1, events)
-        return {"v1_archive": v1[0]}
-
-    def _status(self, agent: str, invocation: str) -> str | None:
-        response = self.http.get(self.hub + f"/agent-api/v1/tool-invocations/{invocation}/receipt", timeout=30,
-                                 headers={"Authorization": f"Bearer {self.agent(agent)}"})
-        return response.json()["status"] if response.status_code == 200 else None
+        return {"v1_archive": v1.conversation_id}
 
     def order_desk(self) -> dict:
         conv = "orders-and-accounts"
@@ -219,34 +228,23 @@ class Seeder:
                     {"order_id": "ORD-000001", "reason": "customer_request", "comment": "Withdrawn by phone."})
         self.complete("erp-bob", t2, "The cancellation is waiting for approval.")
         # A cross-system archive: the ERP session writes, the CRM session is a confirmed member.
-        v2 = self.archive("erp-bob", {
-            "schema": "bailing.agent-conversation-audit-create.v2",
-            "client_archive_id": demo_uuid("archive-cross-system"), "client_conversation_id": conv,
-            "members": [
-                {"session_id": self.sessions["crm-alice"]["session_id"], "client_app_id": "crm-demo",
-                 "route": "customers", "label": "CRM account"},
-                {"session_id": self.sessions["erp-bob"]["session_id"], "client_app_id": "erp-demo",
-                 "route": "orders", "label": "ERP account"}]}, ["crm-alice"])
-        events, seq = [], 0
-        for run, user, answer in ((t1, "Import this week's orders from the shared file.",
-                                   "The import is waiting for approval; stock of ABC-1001 is 420 in Berlin."),
-                                  (t2, "Cancel ORD-000001, the customer withdrew.",
-                                   "The cancellation is waiting for approval.")):
-            turn = run["client_turn_id"]
-            for event in ({"kind": "turn_start"}, {"kind": "user_message", "content": user},
-                          {"kind": "run_link", "run_id": run["run_id"],
-                           "member_session_id": self.sessions["erp-bob"]["session_id"]},
-                          {"kind": "assistant_message", "content": answer}, {"kind": "turn_end", "status": "completed"}):
-                seq += 1
-                events.append({"event_id": f"{turn}-{seq}", "sequence": seq, "client_turn_id": turn, **event})
+        v2 = self.agents["erp-bob"].create_cross_archive(
+            "orders", client_archive_id=demo_uuid("archive-cross-system"), client_conversation_id=conv,
+            label="ERP account", others=[(self.agents["crm-alice"], "customers", "CRM account")])
+        self.agents["crm-alice"].confirm_archive(v2.conversation_id, member_count=2)
+        events = _transcript(self.session_id("erp-bob"), (
+            (t1, "Import this week's orders from the shared file.",
+             "The import is waiting for approval; stock of ABC-1001 is 420 in Berlin.", "completed"),
+            (t2, "Cancel ORD-000001, the customer withdrew.", "The cancellation is waiting for approval.",
+             "completed")))
         self.append("erp-bob", v2, events)
-        return {"v2_archive": v2[0]}
+        return {"v2_archive": v2.conversation_id}
 
     def long_archive(self) -> str:
         """One archive of exactly 20,000 events: 5,000 short turns of a long shift."""
-        archive = self.archive("crm-alice", {
-            "client_archive_id": demo_uuid("archive-long-shift"), "client_conversation_id": "long-shift",
-            "route": "customers", "member_session_ids": [self.sessions["crm-alice"]["session_id"]]}, [])
+        archive = self.agents["crm-alice"].create_archive(
+            "customers", client_archive_id=demo_uuid("archive-long-shift"), client_conversation_id="long-shift",
+            member_session_ids=[self.session_id("crm-alice")])
         events = []
         for n in range(LONG_ARCHIVE_EVENTS // 4):
             turn, base = f"shift-{n + 1}", n * 4
@@ -260,13 +258,19 @@ class Seeder:
                  "status": "completed"},
             ]
         self.append("crm-alice", archive, events)
-        return archive[0]
+        return archive.conversation_id
 
 
-def _challenge(verifier: str) -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+def _transcript(member: str, turns) -> list[dict]:
+    """The visible events of these turns: start, the user's text, the run link, the answer, end."""
+    events, seq = [], 0
+    for run, user, answer, status in turns:
+        for event in ({"kind": "turn_start"}, {"kind": "user_message", "content": user},
+                      {"kind": "run_link", "run_id": run.run_id, "member_session_id": member},
+                      {"kind": "assistant_message", "content": answer}, {"kind": "turn_end", "status": status}):
+            seq += 1
+            events.append({"event_id": f"{run.turn}-{seq}", "sequence": seq, "client_turn_id": run.turn, **event})
+    return events
 
 
 def _order_file(size: int) -> str:

@@ -1,5 +1,6 @@
 """What the demo remembers between runs (in the data folder, mode 0600): its signing secrets, the
-demo admins' generated passwords and its agent sessions, so a second run reuses them."""
+demo admins' generated passwords and Client Tokens, and (one file each, as the SDK stores them)
+its agents' sessions, so a second run reuses them."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ class DemoState:
         self.data.setdefault("secrets", {"crm": secrets.token_urlsafe(32), "erp": secrets.token_urlsafe(32)})
         self.data.setdefault("control", secrets.token_urlsafe(24))
         self.data.setdefault("passwords", {role: secrets.token_urlsafe(12) for role in ROLES})
-        self.data.setdefault("sessions", {})
+        self.data.pop("sessions", None)  # kept by the SDK's session files now
         self.data.setdefault("client_tokens", {})
 
     def save(self) -> None:
@@ -26,6 +27,12 @@ class DemoState:
         with os.fdopen(fd, "w") as handle:
             json.dump(self.data, handle, indent=2)
 
+    def agent_store(self, name: str) -> Path:
+        return self.path.parent / "demo-agents" / f"{name}.json"
+
     def reset(self) -> None:
-        self.data["sessions"] = {}
         self.data["client_tokens"] = {}
+        folder = self.path.parent / "demo-agents"
+        if folder.is_dir():
+            for stored in folder.iterdir():
+                stored.unlink()
