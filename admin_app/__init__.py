@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flask import Flask, redirect, url_for
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from .config import PROJECT_ROOT, Settings
 from .db import Database
@@ -41,6 +42,11 @@ def create_app(test_config: dict | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False
+    if settings.trusted_proxies:
+        # Behind that many proxies the client address, scheme (so Secure cookies) and host are
+        # the forwarded ones; with none, X-Forwarded-* is a client's claim and ignored.
+        hops = settings.trusted_proxies
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
     app.extensions["bailing"] = Hub(settings=settings, db=Database(settings))
 
     register_error_handlers(app)

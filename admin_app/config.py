@@ -49,6 +49,7 @@ class Settings:
     display_timezone: str = "UTC"
     console_idle_minutes: int = 30
     console_max_hours: int = 12
+    trusted_proxies: int = 0  # proxy hops whose X-Forwarded-For/-Proto/-Host are believed
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -66,6 +67,7 @@ class Settings:
             display_timezone=_zone(os.environ.get("BAILING_DISPLAY_TIMEZONE") or "UTC"),
             console_idle_minutes=_int("BAILING_CONSOLE_IDLE_MINUTES", 30),
             console_max_hours=_int("BAILING_CONSOLE_MAX_HOURS", 12),
+            trusted_proxies=_int("BAILING_TRUSTED_PROXIES", 0, minimum=0),
         )
 
     def replace(self, **changes) -> "Settings":

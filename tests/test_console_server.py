@@ -932,8 +932,8 @@ def test_sensitive_reads_are_recorded_and_shown_to_an_auditor(world, sql):
     assert page.status_code == 200
     body = re.search(r"<tbody>(.*)</tbody>", page.text, re.DOTALL).group(1)
     shown = re.findall(r"<tr><td><time[^>]*>[^<]*</time></td><td>([^<]*)</td><td>([^<]*)</td>"
-                       r"<td><code class=\"small\">([^<]*)</code></td></tr>", body)
-    assert shown == [(u, a, t) for u, a, t, _ in reversed(rows)]  # newest first
+                       r"<td>([^<]*)</td><td><code class=\"small\">([^<]*)</code></td></tr>", body)
+    assert shown == [(u, "console", a, t) for u, a, t, _ in reversed(rows)]  # newest first
     assert approver.get("/console/access-log").status_code == 403
 
 

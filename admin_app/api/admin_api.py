@@ -4,12 +4,14 @@ from __future__ import annotations
 import uuid
 from functools import wraps
 
-from flask import Blueprint, Response, g, jsonify
+from flask import Blueprint, Response, g, jsonify, request
 
 from ..conversation_audit import archives, reads
 from ..conversation_audit.availability import probe, require_archives
 from ..errors import ApiError
+from ..identity import access_log
 from ..identity.roles import permissions_of
+from ..identity.tokens import bearer_from_header
 from ..invocations import approvals
 from ..invocations.traces import core_job_trace, job_trace
 from ..runtime.traces import agent_client_trace, run_trace
@@ -19,6 +21,13 @@ from .body import read_json_object
 from .query import clamped_int_param, int_param, query_params
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
+
+
+def recorded(action: str, target) -> None:
+    """A sensitive read, in the access log with the admin and the token that made it; written in
+    the request's transaction, so it commits with the answer and a refusal records nothing."""
+    bearer = bearer_from_header(request.headers.get("Authorization"))
+    access_log.record_api_read(g.db, g.admin.id, g.admin.username, bearer, action, str(target))
 
 
 @bp.get("/me")
@@ -64,7 +73,9 @@ def conversation_audit(archive_id: str):
     params = query_params(optional=("after_sequence", "limit"))
     after = clamped_int_param(params, "after_sequence", 0, 0, SAFE_INTEGER_MAX)
     limit = clamped_int_param(params, "limit", *reads.EVENTS_LIMIT)
-    return jsonify(reads.archive_detail(g.db, archive, after, limit, available))
+    detail = reads.archive_detail(g.db, archive, after, limit, available)
+    recorded("transcript_view", archive)  # each page read is a read of the transcript
+    return jsonify(detail)
 
 
 @bp.route("/conversation-audits", methods=["POST", "PUT", "PATCH", "DELETE"])
@@ -82,25 +93,33 @@ def agent_run(run_id: str):
         rid = uuid.UUID(run_id)
     except ValueError:
         raise ApiError(404, "run_not_found", "No such run.") from None
-    return jsonify(run_trace(g.db, rid, probe(g.db)))
+    trace = run_trace(g.db, rid, probe(g.db))
+    recorded("run_trace_view", rid)
+    return jsonify(trace)
 
 
 @bp.get("/tool-jobs/<job_id>")
 @admin_permission_required("runs:read")
 def tool_job(job_id: str):
-    return jsonify(job_trace(g.db, job_id, probe(g.db)))
+    trace = job_trace(g.db, job_id, probe(g.db))
+    recorded("job_trace_view", uuid.UUID(job_id))
+    return jsonify(trace)
 
 
 @bp.get("/threads/<thread_id>/agent-runs/<run_id>/trace")
 @admin_permission_required("runs:read")
 def agent_run_trace(thread_id: str, run_id: str):
-    return jsonify(agent_client_trace(g.db, thread_id, run_id, probe(g.db)))
+    trace = agent_client_trace(g.db, thread_id, run_id, probe(g.db))
+    recorded("run_trace_view", uuid.UUID(run_id))
+    return jsonify(trace)
 
 
 @bp.get("/runs/<job_id>/trace")
 @admin_permission_required("runs:read")
 def job_run_trace(job_id: str):
-    return jsonify(core_job_trace(g.db, job_id, probe(g.db)))
+    trace = core_job_trace(g.db, job_id, probe(g.db))
+    recorded("job_trace_view", uuid.UUID(job_id))
+    return jsonify(trace)
 
 
 @bp.get("/tool-approvals")
@@ -129,6 +148,7 @@ def tool_approval_snapshot(approval_id: str):
     """The exact bytes that were frozen and hashed, read on demand (never in lists)."""
     params = query_params(optional=("download",))
     approval = approvals.snapshot(g.db, approval_id)
+    recorded("snapshot_download" if params.get("download") == "1" else "snapshot_view", approval.id)
     response = Response(approval.snapshot.encode("utf-8"), mimetype="application/json")
     response.headers["X-Bailing-Args-Hash"] = approval.args_hash
     if params.get("download") == "1":

@@ -10,6 +10,7 @@ from sqlalchemy import select, text
 
 from ..conversation_audit.availability import probe
 from ..errors import ApiError
+from ..identity import access_log as access_records
 from ..runtime.models import Run
 from ..runtime.traces import run_trace
 from .security import database, permission_required, record_read
@@ -72,10 +73,5 @@ def access_log():
     before = request.args.get("before", "")
     before_id = int(before) if before.isascii() and before.isdigit() and len(before) < 19 else None
     with database().session() as db:
-        rows = list(db.execute(text("""
-            SELECT id, username, action, target, at FROM bz_access_log
-            WHERE (CAST(:before AS bigint) IS NULL OR id < :before)
-            ORDER BY id DESC LIMIT 101"""), {"before": before_id}))
-    more = rows[99].id if len(rows) > 100 else None
-    return render_template("console/access_log.html", rows=rows[:100], more=more)
-
+        rows, more = access_records.page(db, before_id)
+    return render_template("console/access_log.html", rows=rows, more=more)

@@ -17,9 +17,8 @@ from functools import wraps
 from flask import Flask, abort, current_app, redirect, render_template, request, session, url_for
 from flask.sessions import SecureCookieSessionInterface
 from flask_login import LoginManager, UserMixin, current_user
-from sqlalchemy import text
 
-from ..identity import console_sessions
+from ..identity import access_log, console_sessions
 from ..identity.models import Admin
 from ..identity.roles import permissions_of
 
@@ -184,11 +183,8 @@ def login_required(view):
 
 
 def record_read(db, action: str, target: str) -> None:
-    """Sensitive reads are audited like writes: who opened what, when."""
-    db.execute(text("INSERT INTO bz_access_log (admin_id, username, action, target) "
-                    "VALUES (:admin, :user, :action, :target)"),
-               {"admin": current_user.admin_id, "user": current_user.username, "action": action,
-                "target": target})
+    """Sensitive reads are audited like writes: who opened what, when (in the read's transaction)."""
+    access_log.record_console_read(db, current_user.admin_id, current_user.username, action, target)
 
 
 def is_htmx() -> bool:

@@ -54,14 +54,15 @@ def not_found() -> ApiError:
 
 
 def loopback_callback(value: str) -> bool:
-    """An explicit-port http URL on 127.0.0.1 or [::1], without credentials or fragment."""
+    """An explicit-port http URL on 127.0.0.1 or [::1], without credentials or fragment. Port 0
+    is no port a callback server can listen on."""
     try:
         parts = urlsplit(value)
         port = parts.port
         host = ipaddress.ip_address(parts.hostname or "")
     except ValueError:
         return False
-    return (parts.scheme == "http" and host.is_loopback and port is not None and parts.username is None
+    return (parts.scheme == "http" and host.is_loopback and bool(port) and parts.username is None
             and parts.password is None and not parts.fragment)
 
 

@@ -1,0 +1,46 @@
+"""The record of sensitive reads: which admin opened which transcript, snapshot, export or trace,
+when, and through which door (a console session, or a personal API token named by its id).
+
+It lives beside the admins and their tokens, which it names. A read is recorded in the
+transaction of the read itself, so an answered read is a recorded one and a refused read (whose
+transaction rolls back) leaves nothing."""
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from . import tokens
+
+ACTIONS = frozenset({"transcript_view", "transcript_export", "snapshot_view", "snapshot_download",
+                     "run_trace_view", "job_trace_view"})
+PAGE = 100
+
+
+def _insert(db: Session, admin_id: int, username: str, action: str, target: str, channel: str,
+            token_hash: str | None) -> None:
+    if action not in ACTIONS:
+        raise ValueError(f"unknown access-log action {action!r}")
+    db.execute(text("INSERT INTO bz_access_log (admin_id, username, action, target, channel, admin_token_id) "
+                    "VALUES (:admin, :user, :action, :target, :channel, "
+                    "        (SELECT id FROM bz_admin_tokens WHERE token_hash = :token))"),
+               {"admin": admin_id, "user": username, "action": action, "target": target,
+                "channel": channel, "token": token_hash})
+
+
+def record_console_read(db: Session, admin_id: int, username: str, action: str, target: str) -> None:
+    _insert(db, admin_id, username, action, target, "console", None)
+
+
+def record_api_read(db: Session, admin_id: int, username: str, bearer: str, action: str, target: str) -> None:
+    """`bearer` is the admin token the request was authenticated with (in this transaction)."""
+    _insert(db, admin_id, username, action, target, "api", tokens.hash_token(bearer))
+
+
+def page(db: Session, before_id: int | None) -> tuple[list, int | None]:
+    """Newest first, PAGE rows older than `before_id`; and the id to continue before, if any."""
+    rows = list(db.execute(text("""
+        SELECT id, username, action, target, channel, admin_token_id, at FROM bz_access_log
+        WHERE (CAST(:before AS bigint) IS NULL OR id < :before)
+        ORDER BY id DESC LIMIT :limit"""), {"before": before_id, "limit": PAGE + 1}))
+    more = rows[PAGE - 1].id if len(rows) > PAGE else None
+    return rows[:PAGE], more
