@@ -12,7 +12,7 @@ import psycopg
 from psycopg.pq import ExecStatus
 from psycopg.rows import namedtuple_row
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, make_transient_to_detached, sessionmaker
 
@@ -77,13 +77,14 @@ class Database:
         return self._engine
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
+    def session(self, connection: Connection | None = None) -> Iterator[Session]:
         """A session in one transaction: committed on success, rolled back on any error, except
         an error marked `commit_anyway` (a refusal whose fail-closed side effect, such as
-        revoking a session, must stand)."""
+        revoking a session, must stand). On `connection` (one the caller checked out and keeps
+        across several transactions) instead of one of its own from the pool."""
         self.engine  # noqa: B018 - makes sure this process has its engine and factory
         assert self._sessions is not None
-        with self._sessions() as session:
+        with (self._sessions(bind=connection) if connection is not None else self._sessions()) as session:
             session.begin()
             try:
                 yield session

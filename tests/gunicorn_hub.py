@@ -21,10 +21,11 @@ def free_port() -> int:
 
 class GunicornHub:
     """`with GunicornHub(db_url, workers=3) as hub:` starts gunicorn on 127.0.0.1 and waits until
-    every worker answers. `env` adds variables (for instance a provider's signing secret)."""
+    every worker answers. `env` adds variables (for instance a provider's signing secret);
+    `threads` serves each worker's requests on that many threads (the gthread worker)."""
 
     def __init__(self, db_url: str, *, workers: int = 3, data_dir: Path | None = None,
-                 env: dict[str, str] | None = None, timeout: int = 60):
+                 env: dict[str, str] | None = None, timeout: int = 60, threads: int | None = None):
         self.db_url = db_url
         self.workers = workers
         self.port = free_port()
@@ -32,6 +33,7 @@ class GunicornHub:
         self.data_dir = data_dir
         self.extra_env = env or {}
         self.timeout = timeout
+        self.threads = threads
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> "GunicornHub":
@@ -41,8 +43,9 @@ class GunicornHub:
         env["BAILING_SECRET_KEY"] = "gunicorn-hub-test-secret"
         if self.data_dir:
             env["BAILING_DATA_DIR"] = str(self.data_dir)
+        threaded = ["--worker-class", "gthread", "--threads", str(self.threads)] if self.threads else []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--workers", str(self.workers),
+            [sys.executable, "-m", "gunicorn", "--workers", str(self.workers), *threaded,
              "--bind", f"127.0.0.1:{self.port}", "--timeout", str(self.timeout),
              "--graceful-timeout", "5", "--log-level", "warning", "admin_app:create_app()"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

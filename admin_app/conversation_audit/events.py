@@ -133,6 +133,15 @@ _UPDATE_HEADER = """
      WHERE id = %(id)s"""
 
 
+def _lock_linked_runs(db: Session, links: list[dict]) -> None:
+    """Serialise the linking of each run across archives (each batch holds only its own archive's
+    lock): a second link of a run waits for the first to commit, then sees it and answers 409
+    instead of failing on the unique index at commit. Sorted, so two batches linking the same
+    runs cannot deadlock."""
+    for run_id in sorted({e["run_id"] for e in links}):
+        db.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:run, 58))"), {"run": run_id})
+
+
 def _verify_run_link(db: Session, header: Any, members: list, event: dict) -> int:
     """The thread of the run, after checking it against the member it names; else 409."""
     member = next((m for m in members if str(m.session_id) == event["member_session_id"]), None)
@@ -210,6 +219,7 @@ def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
     if reused is not None:
         raise conflict(f"event_id {reused} is already used in this archive.")
 
+    _lock_linked_runs(db, [e for e, _ in new if e["kind"] == "run_link"])
     running = header.running_turn_id
     status = header.last_turn_status
     started_here: set[str] = set()

@@ -21,7 +21,9 @@ from datetime import timedelta
 
 from jsonschema import Draft202012Validator
 from sqlalchemy import select, text
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from ..canonical import canonical_json, sha256_json, utc_now
@@ -36,6 +38,7 @@ from ..runtime.models import Run
 from ..validation import UUID_V1_5, Checker
 from . import dispatch, js_json
 from .models import Approval, Invocation, JournalEntry
+from .path_params import dot_segment_rejection
 from .policy import TypeMismatch, approval_policy
 from .results import receipt_view, result_view
 
@@ -143,23 +146,34 @@ def _provider(db: Session, name: str) -> ToolProvider:
 
 
 class Dispatcher:
-    """Whether a dispatch is still alive, as PostgreSQL sees it: a session-level advisory lock
-    keyed by the invocation, taken on a connection of its own before the journal row commits and
-    held until the outcome is recorded. A process that dies mid-dispatch loses its connection and
-    with it the lock, so a `dispatching` row whose lock is free is known interrupted at once
-    instead of only after the tool's timeout and a grace period."""
+    """The one pooled connection of an invoke or resume, and whether its dispatch is alive.
+
+    Every transaction of the request (reserve, record, answer) runs on the connection checked out
+    here: a request never waits on the pool while holding a connection of it, so any number of
+    simultaneous calls share the pool instead of deadlocking on it, each holding one.
+
+    Liveness, as PostgreSQL sees it: a session-level advisory lock keyed by the invocation, taken
+    on that connection in the transaction that writes the journal row (so nobody sees the row
+    without its holder) and held, across commits and the business call, until the outcome is
+    recorded. A process that dies mid-dispatch loses its connection and with it the lock, so a
+    `dispatching` row whose lock is free is known interrupted at once instead of only after the
+    tool's timeout and a grace period."""
 
     LOCK = "hashtextextended(:key, 7)"
 
     def __init__(self, database: Database):
         self.database = database
-        self.conn = None
+        self.conn: Connection | None = None
         self.key: str | None = None
 
-    def hold(self, job_id: uuid.UUID) -> None:
-        self.conn = self.database.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    def session(self):
+        """A transaction on the request's connection."""
+        return self.database.session(self.conn)
+
+    def hold(self, db: Session, job_id: uuid.UUID) -> None:
+        """Take the lock in `db`'s transaction; it outlives that transaction, until `__exit__`."""
         self.key = str(job_id)
-        self.conn.execute(text(f"SELECT pg_advisory_lock({self.LOCK})"), {"key": self.key})
+        db.execute(text(f"SELECT pg_advisory_lock({self.LOCK})"), {"key": self.key})
 
     @classmethod
     def gone(cls, db: Session, job_id: uuid.UUID) -> bool:
@@ -167,13 +181,14 @@ class Dispatcher:
         return bool(db.scalar(text(f"SELECT pg_try_advisory_xact_lock({cls.LOCK})"), {"key": str(job_id)}))
 
     def __enter__(self) -> "Dispatcher":
+        self.conn = self.database.engine.connect()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.conn is None:
-            return
         try:
-            self.conn.execute(text(f"SELECT pg_advisory_unlock({self.LOCK})"), {"key": self.key})
+            if self.key is not None:  # never pooled with the lock: the next user would hold it
+                self.conn.execute(text(f"SELECT pg_advisory_unlock({self.LOCK})"), {"key": self.key})
+                self.conn.commit()
         except Exception:  # noqa: BLE001 - a broken connection took the lock with it; never pool it
             self.conn.invalidate()
         finally:
@@ -195,7 +210,7 @@ def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvi
     db.add(JournalEntry(job_id=inv.id, state="dispatching", idempotency_key=key, method=call.method,
                         path=visible.tool.path, body_sha256=sha256_bytes(call.body)))
     # Before this transaction commits: nobody may see the row without its lock holder.
-    dispatcher.hold(inv.id)
+    dispatcher.hold(db, inv.id)
     inv.status, inv.updated_at = "in_progress", utc_now()
     return {"call": call, "secret": secret, "key": key, "scope": visible.tool.scope,
             "timeout_ms": visible.tool.timeout_ms, "job_id": str(inv.id),
@@ -206,11 +221,11 @@ def sha256_bytes(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def _send_and_record(database: Database, inv_id: uuid.UUID, plan: dict) -> None:
+def _send_and_record(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict) -> None:
     outcome = dispatch.send(plan["call"], secret=plan["secret"], job_id=plan["job_id"],
                             scope=plan["scope"], on_behalf_of=plan["on_behalf_of"],
                             idempotency_key=plan["key"], timeout_ms=plan["timeout_ms"])
-    with database.session() as db:
+    with dispatcher.session() as db:
         inv = db.get(Invocation, inv_id, with_for_update=True)
         journal = db.get(JournalEntry, inv_id, with_for_update=True)
         journal.finished_at = utc_now()
@@ -225,13 +240,13 @@ def _send_and_record(database: Database, inv_id: uuid.UUID, plan: dict) -> None:
         inv.updated_at = utc_now()
 
 
-def _dispatch_planned(database: Database, inv_id: uuid.UUID, plan: dict | None, result: dict) -> dict:
+def _dispatch_planned(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict | None, result: dict) -> dict:
     """After the reserving transaction committed: send the planned call (if any), record what came
     back, and answer with the invocation as it now stands."""
     if plan is None:
         return result
-    _send_and_record(database, inv_id, plan)
-    with database.session() as db:
+    _send_and_record(dispatcher, inv_id, plan)
+    with dispatcher.session() as db:
         inv = db.get(Invocation, inv_id)
         return view(db, inv, _approval(db, inv))
 
@@ -246,6 +261,8 @@ def _screen(visible: Visible, route, arguments: dict) -> tuple[str | None, dict 
         where = ".".join(str(p) for p in errors[0].absolute_path) or "arguments"
         # The failing check only: a validator's message quotes the value, which must not be kept.
         return f"invalid_arguments: {where}: {errors[0].validator}"[:500], None
+    if (dots := dot_segment_rejection(visible.tool.locations, arguments)) is not None:
+        return dots, None
     forced = visible.tool.name in forced_approval((route.tools or {}).get("agent_direct") or {})
     try:
         return None, approval_policy(visible.tool, forced, arguments)
@@ -262,7 +279,7 @@ def guarded(action):
             return action(*args, **kwargs)
         except ApiError:
             raise
-        except DBAPIError:
+        except (DBAPIError, PoolTimeout):  # no connection in time: nothing was sent either
             log.exception("tool invocation storage failed")
             raise ApiError(503, "invocation_storage_unavailable",
                            "The invocation state could not be saved; nothing was sent.") from None
@@ -275,7 +292,7 @@ def guarded(action):
 @guarded
 def invoke(database: Database, bearer: str | None, body: dict) -> dict:
     with Dispatcher(database) as dispatcher:
-        return _invoke(database, dispatcher, bearer, body)
+        return _invoke(dispatcher, bearer, body)
 
 
 def _run_of(db: Session, session: AgentSession, route_key: str, run_id: uuid.UUID | None) -> None:
@@ -298,8 +315,8 @@ def _still_authorized(db: Session, route, session: AgentSession, inv: Invocation
     return visible
 
 
-def _invoke(database: Database, dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
-    with database.session() as db:
+def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
+    with dispatcher.session() as db:
         session = _session(db, bearer)
         run_uuid = validate_request(body)
         db.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 6))"),
@@ -356,7 +373,7 @@ def _invoke(database: Database, dispatcher: Dispatcher, bearer: str | None, body
             plan = _reserve(db, inv, visible, _provider(db, visible.tool.provider), arguments, dispatcher)
         db.flush()
         result, inv_id = view(db, inv, approval), inv.id
-    return _dispatch_planned(database, inv_id, plan, result)
+    return _dispatch_planned(dispatcher, inv_id, plan, result)
 
 
 # ------------------------------------------------------------------ resume and receipt
@@ -387,11 +404,11 @@ def _interrupted(db: Session, journal: JournalEntry | None, timeout_ms: int) -> 
 @guarded
 def resume(database: Database, bearer: str | None, invocation_id: str) -> dict:
     with Dispatcher(database) as dispatcher:
-        return _resume(database, dispatcher, bearer, invocation_id)
+        return _resume(dispatcher, bearer, invocation_id)
 
 
-def _resume(database: Database, dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> dict:
-    with database.session() as db:
+def _resume(dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> dict:
+    with dispatcher.session() as db:
         session = _session(db, bearer)
         inv = _own_invocation(db, session, invocation_id, lock=True)
         visible = _revalidate(db, session, inv)
@@ -418,7 +435,7 @@ def _resume(database: Database, dispatcher: Dispatcher, bearer: str | None, invo
                 inv.status, inv.reason = "reconciliation_required", "no_outcome_recorded"
         db.flush()
         result, inv_id = view(db, inv, approval), inv.id
-    return _dispatch_planned(database, inv_id, plan, result)
+    return _dispatch_planned(dispatcher, inv_id, plan, result)
 
 
 @guarded
