@@ -26,6 +26,8 @@ def test_gthread_workers_keep_answering_beside_slow_body_clients(db_url):
         # A gthread worker also accepts connections for which it has no free thread, so the set-up
         # is safe while slow clients are fewer than one worker's threads, not than all threads.
         busy = measure(hub.url, hub.port, slow=3, seconds=WINDOW_S, drip=DRIP_S)
+    # Every probe answered within its timeout (a stalled hub answers none for the whole window);
+    # how fast they were is the benchmark's to measure, not a test's on a shared machine.
     for probed in (window, busy):
         assert probed.ok, probed
-        assert probed.probes >= WINDOW_S / 0.5 and probed.max_ms < 1000, probed
+        assert probed.probes >= WINDOW_S / 0.5 and probed.longest_stall_s < PROBE_TIMEOUT, probed
