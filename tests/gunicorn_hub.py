@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,11 +45,14 @@ class GunicornHub:
         if self.data_dir:
             env["BAILING_DATA_DIR"] = str(self.data_dir)
         threaded = ["--worker-class", "gthread", "--threads", str(self.threads)] if self.threads else []
+        # stderr carries a log line per request: into a file, since a pipe nobody reads fills up
+        # and then blocks every worker on its next line.
+        self.stderr = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "--workers", str(self.workers), *threaded,
              "--bind", f"127.0.0.1:{self.port}", "--timeout", str(self.timeout),
              "--graceful-timeout", "5", "--log-level", "warning", "admin_app:create_app()"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=env, stdout=subprocess.DEVNULL, stderr=self.stderr, text=True,
         )
         self._wait_ready()
         return self
@@ -57,7 +61,7 @@ class GunicornHub:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited: {self.process.stderr.read()}")
+                raise RuntimeError(f"gunicorn exited: {self.stderr_text()[-4000:]}")
             try:
                 if requests.get(self.url + "/health/live", timeout=2).status_code == 200 \
                         and len(self.worker_pids()) == self.workers:
@@ -67,6 +71,11 @@ class GunicornHub:
             time.sleep(0.1)
         self.__exit__(None, None, None)
         raise RuntimeError("gunicorn did not become ready within 60 s")
+
+    def stderr_text(self) -> str:
+        self.stderr.flush()
+        self.stderr.seek(0)
+        return self.stderr.read()
 
     def worker_pids(self) -> list[int]:
         """The master's live child processes (the workers)."""
@@ -95,3 +104,5 @@ class GunicornHub:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process:
+            self.stderr.close()

@@ -18,6 +18,7 @@ from ..canonical import sha256_json
 from ..db import at_commit
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession
+from ..observability import metrics
 from ..runtime.models import Run
 from ..validation import SAFE_INTEGER_MAX, Checker, client_text, join
 from .archives import (conflict, group_bindings, limit_error, locked_archive_for_member,
@@ -256,5 +257,6 @@ def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
               (_UPDATE_HEADER, {"last": last_seq, "messages": messages, "turns": turns,
                                 "bytes": new_bytes, "running": running, "status": status,
                                 "id": header.id}))
+    metrics.events_appended(db, len(new))  # counted once this batch commits
     return {"schema": ACK, "conversation_id": str(header.id), "last_sequence": last_seq}
 

@@ -1,0 +1,243 @@
+"""Prometheus metrics (prometheus_client) and the protected GET /metrics that exposes them.
+
+Every metric is described in docs/monitoring.md. Three kinds:
+
+- Counters and histograms kept by each process (requests, appended events, dispatch outcomes).
+  Under gunicorn with PROMETHEUS_MULTIPROC_DIR set they live in files there and a scrape sums
+  every worker's (see gunicorn_conf.py); without it, each scrape sees only the worker that
+  answered it.
+- Gauges read from the database at scrape time (pending approvals, invocations to reconcile),
+  so every worker answers the same truth; a database that does not answer gives
+  `bailing_database_up 0`, never a failed scrape.
+- This process's SQLAlchemy pool (checked out, size, overflow).
+"""
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import time
+
+from flask import Blueprint, Response, abort, current_app, request
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import disable_created_metrics, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy import event
+from sqlalchemy.orm import Session, object_session
+
+from ..errors import unauthorized
+from ..invocations.models import Invocation
+
+log = logging.getLogger(__name__)
+disable_created_metrics()  # no `*_created` series beside each counter: nothing here reads them
+
+METRICS_PATH = "/metrics"
+# Route label of a request that matched no URL rule: one value, whatever the path was.
+UNMATCHED = "(unmatched)"
+# Methods outside this set (any token is a valid HTTP method) share one label value.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# Up to a minute: a governed tool call lasts as long as the business system takes.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# The database gauges must not hold a scrape (Prometheus gives up after 10 s by default).
+DB_TIMEOUT_SECONDS = 2
+# Invocation statuses counted as dispatch outcomes (`in_progress` is a step, not an outcome).
+OUTCOMES = frozenset({"executed", "business_rejected", "awaiting_approval", "denied",
+                      "rejected_before_dispatch", "reconciliation_required"})
+
+HTTP_REQUESTS = Counter(
+    "bailing_http_requests", "HTTP requests answered, by method, route (URL rule) and status.",
+    ("method", "route", "status"))
+HTTP_LATENCY = Histogram(
+    "bailing_http_request_duration_seconds",
+    "Time to answer an HTTP request, by method, route (URL rule) and status.",
+    ("method", "route", "status"), buckets=LATENCY_BUCKETS)
+EVENTS_APPENDED = Counter(
+    "bailing_audit_events_appended", "Conversation Audit events stored by acknowledged batches.")
+DISPATCH_OUTCOMES = Counter(
+    "bailing_tool_invocation_outcomes",
+    "Governed tool calls reaching an outcome (committed status changes), by outcome.", ("outcome",))
+# Per process; under multiprocess mode one series per live worker (label pid).
+POOL_SIZE = Gauge("bailing_db_pool_size", "Connections this process's pool keeps open.",
+                  multiprocess_mode="liveall")
+POOL_CHECKED_OUT = Gauge("bailing_db_pool_checked_out", "Pool connections in use by this process.",
+                         multiprocess_mode="liveall")
+POOL_OVERFLOW = Gauge("bailing_db_pool_overflow",
+                      "Connections open beyond the pool size (negative: not yet opened).",
+                      multiprocess_mode="liveall")
+POOL_MAX_OVERFLOW = Gauge("bailing_db_pool_max_overflow",
+                          "Connections this process may open beyond the pool size "
+                          "(BAILING_DB_MAX_OVERFLOW).", multiprocess_mode="liveall")
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+# ------------------------------------------------------------------ recording
+
+def method_label(method: str) -> str:
+    return method if method in METHODS else "other"
+
+
+def observe_request(method: str, route: str, status: int, seconds: float) -> None:
+    labels = (method_label(method), route, str(status))
+    HTTP_REQUESTS.labels(*labels).inc()
+    HTTP_LATENCY.labels(*labels).observe(seconds)
+
+
+_AFTER_COMMIT = "bailing.metrics_after_commit"
+
+
+def at_commit(db: Session, counter, amount: float = 1) -> None:
+    """Increase `counter` once `db`'s transaction has committed (never for a rolled-back one)."""
+    db.info.setdefault(_AFTER_COMMIT, []).append((counter, amount))
+
+
+def events_appended(db: Session, count: int) -> None:
+    """A batch of `count` new events, counted when its transaction commits."""
+    at_commit(db, EVENTS_APPENDED, count)
+
+
+@event.listens_for(Session, "after_commit")
+def _count_committed(session: Session) -> None:
+    for counter, amount in session.info.pop(_AFTER_COMMIT, ()):
+        counter.inc(amount)
+
+
+@event.listens_for(Session, "after_rollback")
+@event.listens_for(Session, "after_soft_rollback")
+def _forget_rolled_back(session: Session, *_previous) -> None:
+    session.info.pop(_AFTER_COMMIT, None)
+
+
+@event.listens_for(Invocation.status, "set")
+def _status_changed(target: Invocation, value, oldvalue, _initiator) -> None:
+    # Every status an invocation takes in admin_app/invocations/service.py passes here, however
+    # many places decide it; counted when that transaction commits. (An approver's denial is
+    # written by SQL in approvals.decide and is not counted here.)
+    if value != oldvalue and value in OUTCOMES:
+        db = object_session(target)
+        if db is not None:
+            at_commit(db, DISPATCH_OUTCOMES.labels(value))
+
+
+def update_pool(app) -> None:
+    """This process's pool figures, for the app's database (nothing if it has no engine yet)."""
+    hub = app.extensions["bailing"]
+    POOL_MAX_OVERFLOW.set(hub.settings.db_max_overflow)
+    db = hub.db
+    engine = db._engine if db._pid == os.getpid() else None  # never creates one (or a server)
+    if engine is None:
+        return
+    pool = engine.pool
+    POOL_SIZE.set(pool.size())
+    POOL_CHECKED_OUT.set(pool.checkedout())
+    POOL_OVERFLOW.set(pool.overflow())
+
+
+# ------------------------------------------------------------------ the database gauges
+
+_GAUGES_SQL = """
+    SELECT (SELECT count(*) FROM bz_tool_approvals WHERE status = 'pending') AS pending,
+           (SELECT extract(epoch FROM now() - min(created_at)) FROM bz_tool_approvals
+             WHERE status = 'pending') AS oldest,
+           (SELECT count(*) FROM bz_tool_invocations
+             WHERE status = 'reconciliation_required') AS reconcile,
+           (SELECT count(*) FROM bz_tool_journal WHERE state = 'dispatching') AS dispatching"""
+
+
+class DatabaseCollector:
+    """Gauges read from PostgreSQL at scrape time, on a connection of their own (not the pool,
+    which may be exhausted by the very load one wants to see) with short timeouts."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def collect(self):
+        import psycopg
+
+        up = GaugeMetricFamily("bailing_database_up",
+                               "1 when the database answered this scrape's queries, else 0.")
+        started = time.monotonic()
+        row = None
+        try:
+            hub = self.app.extensions["bailing"]
+            with psycopg.connect(hub.db.conninfo(), connect_timeout=DB_TIMEOUT_SECONDS,
+                                 autocommit=True, application_name="bailing-metrics") as conn:
+                conn.execute(f"SET statement_timeout = {DB_TIMEOUT_SECONDS * 1000}")
+                row = conn.execute(_GAUGES_SQL).fetchone()
+        except Exception as exc:  # noqa: BLE001 - a scrape reports the outage, it does not fail
+            # The class only: a connection error's text can name the server and the user.
+            log.warning("metrics: database gauges unavailable (%s)", type(exc).__name__)
+        up.add_metric([], 1 if row is not None else 0)
+        yield up
+        yield GaugeMetricFamily("bailing_database_scrape_duration_seconds",
+                                "Time this scrape spent reading the database gauges.",
+                                value=time.monotonic() - started)
+        if row is None:
+            return
+        pending, oldest, reconcile, dispatching = row
+        yield GaugeMetricFamily("bailing_tool_approvals_pending",
+                                "Approvals waiting for a decision.", value=pending)
+        yield GaugeMetricFamily("bailing_tool_approvals_pending_oldest_age_seconds",
+                                "Age of the oldest approval waiting for a decision (0: none).",
+                                value=float(oldest or 0))
+        yield GaugeMetricFamily("bailing_tool_invocations_reconciliation_required",
+                                "Invocations whose outcome is unknown and needs a person.",
+                                value=reconcile)
+        yield GaugeMetricFamily("bailing_tool_dispatches_in_flight",
+                                "Journal rows in `dispatching`: calls sent and not yet answered "
+                                "(one stuck past its tool timeout: a worker died mid-call).",
+                                value=dispatching)
+
+
+class _ThisProcess:
+    """The default registry's metrics (this process's counters, pool, process_* and python_*)."""
+
+    def collect(self):
+        yield from REGISTRY.collect()
+
+
+def render(app) -> bytes:
+    update_pool(app)
+    registry = CollectorRegistry(auto_describe=False)
+    if multiprocess_dir():
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)  # every worker's files, dead ones' counters too
+    else:
+        registry.register(_ThisProcess())
+    registry.register(DatabaseCollector(app))
+    return generate_latest(registry)
+
+
+# ------------------------------------------------------------------ GET /metrics
+
+bp = Blueprint("metrics", __name__)
+
+
+def _allowed() -> bool:
+    token = current_app.extensions["bailing"].settings.metrics_token
+    if token:
+        sent = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(sent.encode("utf-8", "replace"), f"Bearer {token}".encode()):
+            raise unauthorized()
+        return True
+    # No token: loopback clients only (the client address after BAILING_TRUSTED_PROXIES).
+    try:
+        address = ipaddress.ip_address(request.remote_addr or "")
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1 from a dual-stack socket
+    return address.is_loopback
+
+
+@bp.get(METRICS_PATH)
+def metrics():
+    if not _allowed():
+        abort(404)  # as if there were nothing here
+    response = Response(render(current_app), mimetype=None, content_type=CONTENT_TYPE_LATEST)
+    response.headers["Cache-Control"] = "no-store"
+    return response
