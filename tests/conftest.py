@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import atexit
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -23,9 +26,53 @@ from admin_app.config import PROJECT_ROOT
 SQL_DIR = PROJECT_ROOT / "sql"
 EXAMPLES = PROJECT_ROOT / "examples"
 
+# Nothing a test runs may write into the user's own data folder (the default is in their home):
+# apps and commands that name no folder of their own get this test process's scratch one.
+os.environ["BAILING_DATA_DIR"] = tempfile.mkdtemp(prefix="bailing-test-data-")
+atexit.register(shutil.rmtree, os.environ["BAILING_DATA_DIR"], ignore_errors=True)
+
 
 def _with_database(url: str, name: str) -> str:
     return make_url(url).set(drivername="postgresql", database=name).render_as_string(hide_password=False)
+
+
+def _test_data_dir() -> Path:
+    """Where the suite's own embedded server lives: BAILING_TEST_DATA_DIR, else var/test of the
+    checkout (never BAILING_DATA_DIR, so a run cannot touch the hub's own database)."""
+    return Path(os.environ.get("BAILING_TEST_DATA_DIR") or PROJECT_ROOT / "var" / "test")
+
+
+_STARTED_SERVER = pytest.StashKey[bool]()
+
+
+def pytest_sessionstart(session):
+    # Only the controlling process decides (xdist workers have `workerinput`): it notes whether the
+    # suite's embedded server was already running, in which case the run leaves it running.
+    config = session.config
+    if hasattr(config, "workerinput") or os.environ.get("BAILING_DATABASE_URL"):
+        return
+    config.stash[_STARTED_SERVER] = not embedded_pg.is_running(_test_data_dir())
+
+
+def pytest_sessionfinish(session):
+    """Stop the embedded server this run started (the workers have dropped their databases by
+    now), unless another run is using it at this moment."""
+    if not session.config.stash.get(_STARTED_SERVER, False):
+        return
+    data_dir = _test_data_dir()
+    if not embedded_pg.is_running(data_dir):
+        return
+    try:
+        admin_url = _with_database(embedded_pg.ensure_running(data_dir), "postgres")
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            # This run's databases are gone (dropped WITH FORCE); a connection to one that
+            # exists is another run's.
+            others = conn.execute("SELECT count(*) FROM pg_stat_activity "
+                                  "WHERE datname LIKE 'bz\\_test\\_%'").fetchone()[0]
+        if not others:
+            embedded_pg.stop(data_dir)
+    except (psycopg.Error, embedded_pg.StopError) as err:  # the results stand; say so and go on
+        sys.stderr.write(f"\nthe tests' embedded server was not stopped: {err}\n")
 
 
 @pytest.fixture(scope="session")
@@ -34,8 +81,7 @@ def pg_admin_url() -> str:
     external = os.environ.get("BAILING_DATABASE_URL")
     if external:
         return _with_database(external, make_url(external).database or "postgres")
-    data_dir = Path(os.environ.get("BAILING_TEST_DATA_DIR") or PROJECT_ROOT / "var" / "test")
-    admin_url = _with_database(embedded_pg.ensure_running(data_dir), "postgres")
+    admin_url = _with_database(embedded_pg.ensure_running(_test_data_dir()), "postgres")
     # This server holds only throwaway test databases: it need not survive a power cut, so it
     # skips the disk flushes that would otherwise dominate a run of thousands of small commits.
     with psycopg.connect(admin_url, autocommit=True) as conn:
