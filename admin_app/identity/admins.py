@@ -71,7 +71,7 @@ def operator() -> Actor:
 
 # ---------------------------------------------------------------- passwords
 
-def _check_password(password: str) -> None:
+def check_password(password: str) -> None:
     if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
         raise ApiError(400, "invalid_request",
                        f"password must be {MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters")
@@ -111,7 +111,7 @@ def create_admin(db: Session, username: str, role: str, password: str, actor: Ac
     if not USERNAME.match(username):
         raise ApiError(400, "invalid_request", "username must match ^[a-z0-9][a-z0-9._-]{1,63}$")
     _check_role(role)
-    _check_password(password)
+    check_password(password)
     if db.scalar(select(Admin.id).where(Admin.username == username)) is not None:
         raise ApiError(409, "admin_exists", f"An admin named {username} already exists.")
     admin = Admin(username=username, role=role, password_hash=hash_password(password), disabled=False)
@@ -174,7 +174,7 @@ def set_role(db: Session, actor: Actor, username: str, role: str) -> dict:
 
 def reset_password(db: Session, actor: Actor, username: str, password: str) -> dict:
     """A new password set by someone else: every session of the admin ends."""
-    _check_password(password)
+    check_password(password)
     admin = _find(db, username)
     admin.password_hash = hash_password(password)
     _touch(db, admin)
@@ -186,7 +186,7 @@ def reset_password(db: Session, actor: Actor, username: str, password: str) -> d
 def change_own_password(db: Session, admin_id: int, current: str, new: str, keep_hash: str) -> int:
     """The signed-in admin's own change: the current password must be right; every other session
     of theirs ends. Returns how many ended."""
-    _check_password(new)
+    check_password(new)
     admin = db.get(Admin, admin_id, with_for_update=True)
     with hashing_slot():
         right = verify_password(admin, current)
