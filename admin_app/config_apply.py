@@ -2,11 +2,13 @@
 
 Everything is checked before anything is written, every bad field is reported with its path,
 and the upsert runs in one transaction under an advisory lock, so a file either lands whole or
-changes nothing, and two concurrent applies cannot interleave.
+changes nothing, and two concurrent applies cannot interleave. `--check` (`check`) makes the same
+checks and the same report in a read-only transaction, writing nothing.
 """
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -17,10 +19,11 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from .canonical import utc_now
-from .catalog.compiler import COMPILER_VERSION, CompileError, compile_provider
+from .catalog.compiler import COMPILER_VERSION, HTTP_METHODS, CompileError, compile_provider
 from .catalog.store import compiled_providers
 from .identity.models import ClientApp, Route, ToolProvider
-from .validation import Checker, Invalid, join, json_value_problems, strict_json_loads
+from .validation import (MAX_JSON_DEPTH, Checker, Invalid, join, json_value_problems,
+                         strict_json_loads)
 
 # "bzconf" in ASCII: serialises concurrent applies.
 APPLY_LOCK_KEY = 0x627A636F6E66
@@ -40,21 +43,76 @@ def load_file(path: Path) -> dict:
         raw = path.read_bytes()
     except OSError as err:
         raise Invalid([("", f"cannot read {path}: {err.strerror}")]) from None
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise Invalid([("", "the file must end in .json or .toml")])
     try:
-        if path.suffix.lower() == ".toml":
-            doc = tomllib.loads(raw.decode("utf-8"))
-        elif path.suffix.lower() == ".json":
-            doc = strict_json_loads(raw)
-        else:
-            raise Invalid([("", "the file must end in .json or .toml")])
+        doc = tomllib.loads(raw.decode("utf-8")) if suffix == ".toml" else strict_json_loads(raw)
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise Invalid([("", f"{path.name} is nested deeper than {MAX_JSON_DEPTH} levels")]) from None
     except (ValueError, UnicodeDecodeError) as err:
-        raise Invalid([("", f"{path.name} is not valid {path.suffix[1:].upper()}: {err}")]) from None
+        located = _json_problems_by_path(raw) if suffix == ".json" else None
+        if located:
+            raise Invalid(located) from None
+        raise Invalid([("", f"{path.name} is not valid {suffix[1:].upper()}: {err}")]) from None
     if not isinstance(doc, dict):
         raise Invalid([("", "the top level must be an object")])
+    if _depth_exceeds(doc, MAX_JSON_DEPTH):
+        raise Invalid([("", f"{path.name} is nested deeper than {MAX_JSON_DEPTH} levels")])
     problems = json_value_problems(doc)
     if problems:
         raise Invalid(problems)
     return doc
+
+
+class _Members(dict):
+    """An object as parsed leniently, with the keys its text gives more than once."""
+    duplicates: tuple[str, ...] = ()
+
+
+def _json_problems_by_path(raw: bytes) -> list[tuple[str, str]] | None:
+    """What strict parsing refused, named by path where a lenient parse can tell: duplicate
+    keys, NaN and infinities, NUL and lone surrogates. None when the text is not JSON at all
+    (or too deep to walk): the parser's own message says more then."""
+    def pairs(items):
+        obj = _Members(items)
+        if len(obj) != len(items):
+            seen: set[str] = set()
+            obj.duplicates = tuple(dict.fromkeys(k for k, _ in items if k in seen or seen.add(k)))
+        return obj
+
+    try:
+        decoded = raw.decode(json.detect_encoding(raw), "surrogatepass")
+        doc = json.loads(decoded, object_pairs_hook=pairs)
+        if _depth_exceeds(doc, MAX_JSON_DEPTH):
+            return None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    problems: list[tuple[str, str]] = []
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, _Members):
+            problems.extend((join(where, key), "is given more than once (duplicate key)")
+                            for key in node.duplicates)
+        if isinstance(node, dict):
+            stack.extend((v, join(where, k)) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((v, join(where, i)) for i, v in reversed(list(enumerate(node))))
+    problems.extend(json_value_problems(doc))
+    return problems or None
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Iterative, so that a deep document cannot exhaust the stack of the walk itself."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return False
 
 
 # ---------------------------------------------------------------- checks
@@ -94,13 +152,14 @@ def check_url(checker: Checker, value: Any, path: str, *, https_or_loopback: boo
 def check_openapi(checker: Checker, value: Any, path: str, base_dir: Path) -> dict | None:
     if isinstance(value, str):
         doc_path = (base_dir / value)
+        shown = value if len(value) <= 200 else value[:200] + "..."  # a name, not a whole text
         try:
             value = strict_json_loads(doc_path.read_bytes())
         except OSError as err:
-            checker.add(path, f"cannot read {value}: {err.strerror}")
+            checker.add(path, f"cannot read {shown}: {err.strerror}")
             return None
         except (ValueError, UnicodeDecodeError) as err:
-            checker.add(path, f"{value} is not valid JSON: {err}")
+            checker.add(path, f"{shown} is not valid JSON: {err}")
             return None
     if not isinstance(value, dict):
         checker.add(path, "must be an OpenAPI document or a path to one")
@@ -117,10 +176,11 @@ def check_openapi(checker: Checker, value: Any, path: str, base_dir: Path) -> di
 
 def check_provider(checker: Checker, item: Any, path: str, base_dir: Path):
     """(record, CompiledProvider), or None when anything about the provider is wrong."""
+    # Counted before the shape check, so a missing required key also stops the record.
+    before = len(checker.problems)
     if checker.obj(item, path, required=("name", "base_url", "openapi", "secret_env"),
                    optional=("timeout_ms",)) is None:
         return None
-    before = len(checker.problems)
     record = {
         "name": checker.resource_key(item.get("name"), join(path, "name")) if "name" in item else None,
         "base_url": check_url(checker, item.get("base_url"), join(path, "base_url"),
@@ -142,9 +202,42 @@ def check_provider(checker: Checker, item: Any, path: str, base_dir: Path):
         for where, message in err.problems:
             checker.add(join(path, "openapi"), f"{where}: {message}")
         return None
+    except _UNREADABLE:
+        for where in _unreadable_operations(record):
+            checker.add(join(path, "openapi"), where + UNREADABLE_MESSAGE)
+        return None
     record["compiler_version"] = COMPILER_VERSION
     record["compile_warnings"] = compiled.warnings
     return record, compiled
+
+
+# The compiler reads an OpenAPI document as OpenAPI shapes it (a parameter's schema is an object,
+# a body's content maps media types to objects, ...). A document of the file that breaks one of
+# those shapes is the file's problem, refused by where it is, not a crash of the command.
+_UNREADABLE = (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError)
+UNREADABLE_MESSAGE = ("has a value of a type OpenAPI does not allow there (such as a parameter "
+                      "schema, request body or media type object that is not an object)")
+
+
+def _unreadable_operations(record: dict) -> list[str]:
+    """Where the compiler cannot read the document: each operation compiled alone (with its path
+    item's shared keys), named as `paths./x.post: `; the whole document ("") when none alone
+    fails."""
+    doc = record["openapi"]
+    found = []
+    for route, item in doc["paths"].items():
+        if not isinstance(item, dict):
+            continue
+        for method in (m for m in HTTP_METHODS if m in item):
+            alone = {k: v for k, v in item.items() if k == method or k not in HTTP_METHODS}
+            try:
+                compile_provider(record["name"], {**doc, "paths": {route: alone}}, record["base_url"],
+                                 record["timeout_ms"])
+            except CompileError:
+                continue
+            except _UNREADABLE:
+                found.append(f"paths.{route}.{method}: ")
+    return found or [""]
 
 
 def check_audience(checker: Checker, value: Any, path: str) -> None:
@@ -204,8 +297,9 @@ def check_agent_client(checker: Checker, value: Any, path: str) -> None:
         checker.string(value["instructions"], join(path, "instructions"), max_len=32000)
     if "max_tool_calls" in value:
         checker.integer(value["max_tool_calls"], join(path, "max_tool_calls"), minimum=0, maximum=100)
+    # null is not an object: a present key must hold one (absent keys take the defaults).
     memory = value.get("memory")
-    if memory is not None and checker.obj(memory, join(path, "memory"), optional=(
+    if "memory" in value and checker.obj(memory, join(path, "memory"), optional=(
             "recent_messages", "recent_budget_chars", "per_message_chars",
             "summary_enabled", "summary_max_chars")) is not None:
         limits = {"recent_messages": 200, "recent_budget_chars": 256000,
@@ -217,7 +311,7 @@ def check_agent_client(checker: Checker, value: Any, path: str) -> None:
             checker.boolean(memory["summary_enabled"], join(join(path, "memory"), "summary_enabled"))
     knowledge = value.get("knowledge")
     kpath = join(path, "knowledge")
-    if knowledge is not None and checker.obj(knowledge, kpath, optional=(
+    if "knowledge" in value and checker.obj(knowledge, kpath, optional=(
             "enabled", "mode", "top_k", "max_docs", "page_boost")) is not None:
         for key in ("enabled", "page_boost"):
             if key in knowledge:
@@ -271,7 +365,7 @@ def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, An
                 route_tools[tool.name] = tool
     direct = value.get("agent_direct")
     dpath = join(path, "agent_direct")
-    if direct is None or checker.obj(direct, dpath, required=("enabled",), optional=(
+    if "agent_direct" not in value or checker.obj(direct, dpath, required=("enabled",), optional=(
             "write_tools", "force_approval_tools", "unattended_write_tools")) is None:
         return
     if "enabled" in direct:
@@ -292,9 +386,9 @@ def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, An
 
 
 def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dict]) -> dict | None:
+    before = len(checker.problems)  # before the shape check: a missing route_key stops the record
     if checker.obj(item, path, required=("route_key", "name"), optional=ROUTE_FIELDS) is None:
         return None
-    before = len(checker.problems)
     if "route_key" in item:
         checker.resource_key(item["route_key"], join(path, "route_key"), route=True)
     if "name" in item:
@@ -332,9 +426,9 @@ def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dic
 
 
 def check_client(checker: Checker, item: Any, path: str, route_keys: set[str]) -> dict | None:
+    before = len(checker.problems)  # before the shape check: a missing app_id stops the record
     if checker.obj(item, path, required=("app_id", "name"), optional=CLIENT_FIELDS) is None:
         return None
-    before = len(checker.problems)
     if "app_id" in item:
         checker.resource_key(item["app_id"], join(path, "app_id"))
     if "name" in item:
@@ -426,6 +520,18 @@ _MODELS = {
 
 def apply(db: Session, doc: dict, base_dir: Path) -> dict:
     """Validate and upsert in the caller's transaction; report what was created or changed."""
+    return _apply(db, doc, base_dir, write=True)
+
+
+def check(db: Session, doc: dict, base_dir: Path) -> dict:
+    """What `apply` would report, with `"checked": true`, writing nothing. Must open the caller's
+    transaction: it makes it READ ONLY, so the server itself refuses any write. The apply lock is
+    taken too, so the plan is made against one state, not across a concurrent apply's commit."""
+    db.execute(text("SET TRANSACTION READ ONLY"))
+    return {"checked": True, **_apply(db, doc, base_dir, write=False)}
+
+
+def _apply(db: Session, doc: dict, base_dir: Path, *, write: bool) -> dict:
     db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPLY_LOCK_KEY})
     records = validate(db, doc, base_dir)
     report: dict[str, dict[str, list[str]]] = {"created": {}, "changed": {}, "unchanged": {}}
@@ -435,21 +541,25 @@ def apply(db: Session, doc: dict, base_dir: Path) -> dict:
         for bucket in report.values():
             bucket[section] = []
         for record in records[section]:
-            row = db.scalar(select(model).where(getattr(model, key) == record[key]).with_for_update())
+            query = select(model).where(getattr(model, key) == record[key])
+            # A check only reads: FOR UPDATE would lock (and so write to) the rows.
+            row = db.scalar(query.with_for_update() if write else query)
             if row is None:
-                db.add(model(**record))
+                if write:
+                    db.add(model(**record))
                 report["created"][section].append(record[key])
                 continue
             changed = [f for f, v in record.items() if getattr(row, f) != v]
             if changed:
-                for f in changed:
-                    setattr(row, f, record[f])
-                row.updated_at = now
+                if write:
+                    for f in changed:
+                        setattr(row, f, record[f])
+                    row.updated_at = now
                 report["changed"][section].append(f"{record[key]} ({', '.join(changed)})")
             else:
                 report["unchanged"][section].append(record[key])
-        db.flush()
+        if write:
+            db.flush()
     report["warnings"] = [{"provider": p["name"], **w} for p in records["tool_providers"]
                           for w in p["compile_warnings"]]
     return report
-

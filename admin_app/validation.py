@@ -148,10 +148,16 @@ def _check_list_strings_and_depth(value: Any) -> None:
 
 def json_value_problems(value: Any, path: str = "") -> list[tuple[str, str]]:
     """Where a value parsed from another format (TOML) is not plain, storable JSON: dates and
-    times, NaN and infinities, NUL and lone surrogates."""
+    times, NaN and infinities, NUL and lone surrogates (in keys too: jsonb refuses them)."""
     if isinstance(value, dict):
-        return [p for key, item in value.items()
-                for p in json_value_problems(item, join(path, str(key)))]
+        problems = []
+        for key, item in value.items():
+            where = join(path, str(key))
+            if _UNSTORABLE.search(str(key)):
+                problems.append((where, "the key must not contain NUL or unpaired surrogates"))
+            else:
+                problems.extend(json_value_problems(item, where))
+        return problems
     if isinstance(value, list):
         return [p for i, item in enumerate(value) for p in json_value_problems(item, join(path, i))]
     if isinstance(value, float) and not math.isfinite(value):

@@ -364,8 +364,6 @@ HUB_JSON = (EXAMPLES / "hub.json").read_text()
 
 FILE_REFUSALS = [
     pytest.param("hub.json", HUB_JSON.rstrip()[:-1], "not valid JSON", id="invalid-json"),
-    pytest.param("hub.json", HUB_JSON.replace('"name": "CRM"', '"name": "CRM", "name": "CRM 2"'),
-                 "duplicate key", id="duplicate-json-key"),
     pytest.param("hub.yaml", HUB_JSON, ".json or .toml", id="wrong-extension"),
 ]
 
@@ -382,6 +380,28 @@ def test_unreadable_file_is_refused_whole(cli, sql, tmp_path, name, content, mes
 
 
 
+def test_duplicate_json_key_is_refused_by_its_path(cli, sql, tmp_path):
+    before = snapshot(sql)
+
+    err = refused(cli, write_text(tmp_path, "hub.json", HUB_JSON.replace(
+        '"name": "CRM"', '"name": "CRM", "name": "CRM 2"')))
+
+    assert err["problems"] == [{"path": "client_apps[0].name",
+                                "message": "is given more than once (duplicate key)"}]
+    assert snapshot(sql) == before
+
+
+def test_toml_nested_too_deep_is_refused_whole(cli, sql, tmp_path):
+    """tomllib parses nesting recursively: a deep file would exhaust its stack."""
+    before = snapshot(sql)
+
+    err = refused(cli, write_text(tmp_path, "deep.toml", "x = " + "[" * 2000 + "]" * 2000 + "\n"))
+
+    assert problem_paths(err) == [""]
+    assert "nested deeper than 128 levels" in err["message"]
+    assert snapshot(sql) == before
+
+
 PROMPT_TOML = 'target_config = { system_prompt = "You help the customer desk." }'
 UNSTORABLE_VALUES = [
     pytest.param("hub.json", HUB_JSON.replace('"name": "Customer desk"',
@@ -394,6 +414,10 @@ UNSTORABLE_VALUES = [
                  "routes[0].target_config.since", id="toml-date"),
     pytest.param("hub.toml", HUB_TOML.replace(PROMPT_TOML, PROMPT_TOML[:-2] + ", ratio = nan }"),
                  "routes[0].target_config.ratio", id="toml-nan"),
+    pytest.param("hub.toml", HUB_TOML.replace(PROMPT_TOML, PROMPT_TOML[:-2] + ', "a\\u0000b" = 1 }'),
+                 "routes[0].target_config.a\x00b", id="toml-nul-in-a-key"),
+    pytest.param("hub.json", HUB_JSON.replace('"system_prompt"', '"a\\u0000b": 1, "system_prompt"'),
+                 "routes[0].target_config.a\x00b", id="json-nul-in-a-key"),
 ]
 
 
@@ -406,3 +430,135 @@ def test_value_the_database_cannot_store_is_refused(cli, sql, tmp_path, name, co
 
     assert {path, ""} & set(problem_paths(err))
     assert snapshot(sql) == before
+
+
+# ---------------------------------------------------------------- missing keys, --check
+
+def without(keys: tuple):
+    def mutate(doc: dict, _directory) -> None:
+        target = doc
+        for key in keys[:-1]:
+            target = target[key]
+        del target[keys[-1]]
+
+    return mutate
+
+
+MISSING = [
+    pytest.param(("client_apps", 0, "app_id"), id="client-app-id"),
+    pytest.param(("client_apps", 0, "name"), id="client-name"),
+    pytest.param(("routes", 0, "route_key"), id="route-key"),
+    pytest.param(("routes", 0, "name"), id="route-name"),
+    pytest.param(("tool_providers", 0, "name"), id="provider-name"),
+    pytest.param(("tool_providers", 0, "openapi"), id="provider-openapi"),
+    pytest.param(("routes", 0, "audience", "enabled"), id="audience-enabled"),
+    pytest.param(("routes", 0, "tools", "sources", 0, "allow"), id="source-allow"),
+]
+
+
+@pytest.mark.parametrize("keys", MISSING)
+@pytest.mark.parametrize("preconfigured", [False, True], ids=["empty-database", "configured-database"])
+def test_missing_required_key_is_named_and_nothing_is_written(request, cli, sql, tmp_path, keys,
+                                                              preconfigured):
+    """Once KeyError: 'app_id' and KeyError: 'route_key' tracebacks."""
+    if preconfigured:
+        request.getfixturevalue("configured")
+    doc = hub_config()
+    without(keys)(doc, tmp_path)
+    before = snapshot(sql)
+
+    err = refused(cli, write_config(tmp_path, doc))
+
+    path = ".".join(f"[{k}]" if isinstance(k, int) else k for k in keys).replace(".[", "[")
+    assert {"path": path, "message": "is required"} in err["problems"]
+    assert snapshot(sql) == before
+
+
+@pytest.mark.parametrize("null_key", ["memory", "knowledge"])
+def test_null_for_an_optional_object_is_refused(cli, sql, tmp_path, null_key):
+    doc = hub_config()
+    doc["routes"][0]["agent_client"][null_key] = None
+    before = snapshot(sql)
+
+    err = refused(cli, write_config(tmp_path, doc))
+
+    assert problem_paths(err) == [f"routes[0].agent_client.{null_key}"]
+    assert snapshot(sql) == before
+
+
+def test_openapi_the_compiler_cannot_read_is_refused_by_operation(cli, sql, tmp_path):
+    doc = hub_config()
+    openapi = crm_openapi()
+    openapi["paths"]["/customers/{customer_id}/notes"]["post"]["parameters"][0]["schema"] = 1
+    doc["tool_providers"][0]["openapi"] = openapi
+    before = snapshot(sql)
+
+    err = refused(cli, write_config(tmp_path, doc))
+
+    (problem,) = [p for p in err["problems"] if p["path"] == "tool_providers[0].openapi"]
+    assert problem["message"].startswith("paths./customers/{customer_id}/notes.post: has a value")
+    assert snapshot(sql) == before
+
+
+def check(cli, path):
+    return cli("config", "apply", str(path), "--check")
+
+
+def test_check_on_an_empty_database_reports_what_would_be_created_and_writes_nothing(cli, sql):
+    before = snapshot(sql)
+
+    code, out, err = check(cli, EXAMPLES / "hub.json")
+
+    assert code == 0, err
+    assert out == {"checked": True, **EXPECTED_CREATED, "warnings": []}
+    assert snapshot(sql) == before
+    assert counts(sql) == {table: 0 for table in TABLES}
+
+
+def test_check_reports_what_apply_then_does(cli, sql, configured, tmp_path):
+    doc = three_routes_the_last_writing_a_missing_operation()
+    doc["routes"][2]["tools"]["agent_direct"]["write_tools"] = ["customer_update_credit_limit"]
+    doc["routes"][2]["tools"]["sources"][0]["allow"].append("customer.write")
+    path = write_config(tmp_path, doc)
+    before = snapshot(sql)
+
+    code, planned, err = check(cli, path)
+
+    assert code == 0, err
+    assert planned["checked"] is True
+    assert planned["changed"]["routes"] == ["customers (name)"]
+    assert snapshot(sql) == before
+    code, out, err = apply(cli, path)
+    assert code == 0, err
+    assert {"checked": True, **out} == planned
+    assert snapshot(sql) != before
+
+
+@pytest.mark.parametrize("preconfigured", [False, True], ids=["empty-database", "configured-database"])
+def test_check_of_a_bad_file_exits_1_with_every_path(request, cli, sql, tmp_path, preconfigured):
+    if preconfigured:
+        request.getfixturevalue("configured")
+    doc = three_routes_the_last_writing_a_missing_operation()
+    del doc["client_apps"][1]["app_id"]
+    before = snapshot(sql)
+
+    code, out, err = check(cli, write_config(tmp_path, doc))
+
+    assert (code, out) == (1, "")
+    assert err["error"] == "invalid_request"
+    assert problem_paths(err) == [BAD_WRITE_TOOL, "client_apps[1].app_id"]
+    assert snapshot(sql) == before
+
+
+def test_check_cannot_write_even_if_asked_to(app, configured):
+    """The check's transaction is READ ONLY: the server itself refuses a write in it."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import InternalError
+
+    from admin_app.config_apply import check as check_config
+
+    hub = app.extensions["bailing"]
+    with pytest.raises(InternalError, match="read-only transaction"):
+        with hub.db.session() as session:
+            check_config(session, {}, EXAMPLES)
+            session.execute(text("UPDATE bz_routes SET name = 'written'"))
