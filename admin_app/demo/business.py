@@ -18,12 +18,12 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.routing import Map, Rule
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
-from ..config import PROJECT_ROOT
+from ..resources import EXAMPLES_DIR
 from ..invocations import signing
 from .store import DemoStore
 
-DOCUMENTS = {"crm": PROJECT_ROOT / "examples" / "crm.openapi.json",
-             "erp": PROJECT_ROOT / "examples" / "erp.openapi.json"}
+DOCUMENTS = {"crm": EXAMPLES_DIR / "crm.openapi.json",
+             "erp": EXAMPLES_DIR / "erp.openapi.json"}
 SECRET_ENV = {"crm": "DEMO_CRM_SECRET", "erp": "DEMO_ERP_SECRET"}
 
 

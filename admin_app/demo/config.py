@@ -2,9 +2,7 @@
 providers served by the demo business system."""
 from __future__ import annotations
 
-from ..config import PROJECT_ROOT
-
-EXAMPLES = PROJECT_ROOT / "examples"
+from ..resources import EXAMPLES_DIR as EXAMPLES
 
 
 def demo_config(business_url: str) -> dict:

@@ -19,6 +19,16 @@ DEMO_USERS = {
             "roles": ["clerk"], "audience": "internal"},
 }
 
+
+def business_users() -> list[dict]:
+    """The demo users as the demo prints them: who signs in at the consent pages, and what they may
+    allow there (the demo routes admit both tenants); an agent they allow acts as `acts_as`."""
+    return [{"username": username, "password": user["password"], "name": user["name"], "tenant": user["tenant"],
+             "roles": user["roles"], "acts_as": f"{user['tenant']}:{username}",
+             "may": "allow an agent in the CRM (crm-demo: customers) and the ERP (erp-demo: orders)"}
+            for username, user in DEMO_USERS.items()]
+
+
 PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{{ title }} · Demo {{ system|upper }}</title></head>
 <body><main>
 <h1>{{ title }}</h1>

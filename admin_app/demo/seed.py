@@ -277,8 +277,9 @@ def _order_file(size: int) -> str:
     """A realistic order CSV of about `size` bytes, with names in several scripts."""
     lines = ["customer_id,sku,quantity,unit_price,currency,note"]
     notes = ["Lieferung bis Freitag", "livraison express", "请在周五前送达", "配送は金曜日まで", "entrega urgente"]
-    n = 0
-    while sum(len(line.encode()) + 1 for line in lines) < size:
+    n, length = 0, len(lines[0].encode()) + 1  # counted as it grows: re-summing all lines each time is quadratic
+    while length < size:
         n += 1
         lines.append(f"C-10023{4 + n % 3},ABC-100{1 + n % 2},{1 + n % 40},{12.5 + n % 7:.2f},EUR,{notes[n % 5]} #{n}")
+        length += len(lines[-1].encode()) + 1
     return "\n".join(lines)
