@@ -9,7 +9,8 @@ from pathlib import Path
 from flask import Flask, redirect, url_for
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from .config import PROJECT_ROOT, Settings
+from . import resources
+from .config import Settings
 from .db import Database
 from .errors import is_api_path, register_error_handlers
 
@@ -29,13 +30,13 @@ def create_app(test_config: dict | None = None) -> Flask:
     if test_config:
         settings = settings.replace(**test_config)
 
-    app = Flask(
+    app = _HubFlask(
         __name__,
-        template_folder=str(PROJECT_ROOT / "templates"),
-        static_folder=str(PROJECT_ROOT / "static"),
+        template_folder=str(resources.TEMPLATES_DIR),
+        static_folder=str(resources.STATIC_DIR),
     )
     app.config.update(
-        SECRET_KEY=settings.secret_key or _local_secret_key(settings.data_dir),
+        SECRET_KEY=settings.secret_key,  # None: made on first use, see _HubFlask
         MAX_CONTENT_LENGTH=None,  # bodies are limited per endpoint while they are read
         SESSION_COOKIE_SECURE=settings.cookie_secure,
         DISPLAY_TIMEZONE=settings.display_timezone,
@@ -50,6 +51,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.extensions["bailing"] = Hub(settings=settings, db=Database(settings))
 
     register_error_handlers(app)
+    from . import observability
+
+    observability.init_app(app)  # request ids, the request log, GET /metrics
     from .api import admin_api, agent_audit, agent_auth, agent_invocations, agent_runtime, agent_tools
     from .health import bp as health_bp
 
@@ -93,9 +97,30 @@ def create_app(test_config: dict | None = None) -> Flask:
     return app
 
 
+class _HubFlask(Flask):
+    """With no BAILING_SECRET_KEY, the key is read from (or made in) the data folder when a request
+    first needs it, not when the app is built: listing commands (`--help`) builds the app too, and
+    must write nothing. Flask's sessions read `app.secret_key` on every request, which also fills
+    config["SECRET_KEY"] for code that reads the config directly (Flask-Login)."""
+
+    @property
+    def secret_key(self):
+        key = self.config.get("SECRET_KEY")
+        if key is None and "bailing" in self.extensions:
+            key = _local_secret_key(self.extensions["bailing"].settings.data_dir)
+            self.config["SECRET_KEY"] = key
+        return key
+
+    @secret_key.setter
+    def secret_key(self, value):
+        self.config["SECRET_KEY"] = value
+
+
 def _local_secret_key(data_dir: Path) -> str:
-    """With no BAILING_SECRET_KEY, a random key kept in the data folder (mode 0600), so cookies
-    survive restarts and are shared by every worker without a secret in the repository."""
+    """A random key kept in the data folder (mode 0600), so cookies survive restarts and are
+    shared by every worker without a secret in the repository."""
+    import tempfile
+
     path = Path(data_dir) / "secret_key"
     try:
         return path.read_text().strip()
@@ -103,10 +128,16 @@ def _local_secret_key(data_dir: Path) -> str:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_urlsafe(48)
+    # Written whole under a private name (mkstemp: mode 0600), then linked into place: the link
+    # fails if another worker or thread got there first, and nobody reads a half-written key.
+    fd, scratch = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another worker won the race; use its key
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as handle:
-        handle.write(key)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(key)
+        try:
+            os.link(scratch, path)
+        except FileExistsError:  # another worker won the race; use its key
+            return path.read_text().strip()
+    finally:
+        os.unlink(scratch)
     return key

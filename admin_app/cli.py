@@ -60,7 +60,10 @@ def hub_command(func):
     return wrapper
 
 
-@click.group(cls=FlaskGroup, create_app=create_app)
+# Flask's own --version (Python and Flask versions) gives way to the hub's.
+@click.group(cls=FlaskGroup, create_app=create_app, add_version_option=False)
+@click.version_option(package_name="bailing-hub", prog_name="bailing-admin",
+                      message="%(prog)s %(version)s")
 def main():
     """Administer the Bailing hub."""
 
@@ -100,16 +103,68 @@ def db_status():
 
 
 @db.command("stop")
+@click.option("--all", "every", is_flag=True,
+              help="Stop every embedded server this user started, whatever its data folder.")
 @hub_command
-def db_stop():
+def db_stop(every: bool):
     """Stop the embedded PostgreSQL (it keeps running across processes until told)."""
     from . import embedded_pg
 
     hub = _hub()
+    hub.db.dispose()
+    if every:
+        # Servers of other data folders (the tests' own among them) come from the registry that
+        # every start records; this folder's is included even if it was started before that.
+        try:
+            stopped = embedded_pg.stop_all(also=hub.settings.data_dir)
+        except embedded_pg.StopFailed as err:
+            _fail("stop_failed", "Some embedded servers did not stop.", stopped=err.stopped,
+                  failed=err.failed)
+        _emit({"stopped": stopped})
+        return
     if hub.settings.database_url:
         _fail("invalid_request", "BAILING_DATABASE_URL is set: there is no embedded server to stop.")
-    hub.db.dispose()
-    _emit({"stopped": embedded_pg.stop(hub.settings.data_dir)})
+    try:
+        _emit({"stopped": embedded_pg.stop(hub.settings.data_dir)})
+    except embedded_pg.StopError as err:
+        _fail("stop_failed", f"The embedded server did not stop: {err}",
+              data_dir=str(hub.settings.data_dir))
+
+
+@db.command("where")
+@hub_command
+def db_where():
+    """Show the data folder and which database is used, without starting anything."""
+    from . import embedded_pg
+
+    settings = _hub().settings
+    embedded = not settings.database_url
+    _emit({
+        "data_dir": str(settings.data_dir),
+        "database": "embedded" if embedded else "external",
+        "pgdata": str(embedded_pg.pgdata_path(settings.data_dir)) if embedded else None,
+        "running": embedded_pg.is_running(settings.data_dir) if embedded else None,
+    })
+
+
+# ------------------------------------------------------------------ init
+
+@main.command("init")
+@click.option("--admin", "username", required=True, metavar="USERNAME",
+              help="The first admin, created with the admin role when the hub has none yet.")
+@click.option("--password-stdin", is_flag=True,
+              help="Read the admin's password from standard input (otherwise one is generated "
+                   "and printed once).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A configuration file to apply, as `config apply FILE`.")
+@hub_command
+def init(username: str, password_stdin: bool, config_file: Path | None):
+    """First run: apply pending migrations, create the first admin, apply a configuration.
+    Every input is checked before anything is written; running it again is safe."""
+    from .first_run import initialize
+
+    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else None
+    _emit(initialize(_hub(), username, password, config_file))
 
 
 # ------------------------------------------------------------------ config
@@ -121,14 +176,17 @@ def config():
 
 @config.command("apply")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--check", "check_only", is_flag=True,
+              help="Validate whole (against the database too) and show what would be created or "
+                   "changed, writing nothing.")
 @hub_command
-def config_apply(file: Path):
+def config_apply(file: Path, check_only: bool):
     """Validate FILE (JSON or TOML) whole, then upsert it in one transaction."""
-    from .config_apply import apply, load_file
+    from .config_apply import apply, check, load_file
 
     doc = load_file(file)
     with _hub().db.session() as session:
-        report = apply(session, doc, file.resolve().parent)
+        report = (check if check_only else apply)(session, doc, file.resolve().parent)
     _emit(report)
 
 
@@ -171,24 +229,29 @@ def tools_warnings(provider: str | None):
 
 @main.command("demo")
 @click.option("--reset", is_flag=True, help="Start from an empty database (drops the hub's tables).")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=5000, show_default=True, type=int)
-@click.option("--business-port", default=8100, show_default=True, type=int,
-              help="Port of the demo business system (0: any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the hub listens on.")
+@click.option("--port", default=5000, show_default=True, type=int,
+              help="Port of the hub and its console (0: any free port).")
+@click.option("--business-port", default=0, show_default=True, type=int,
+              help="Port of the demo business system on 127.0.0.1 (consent pages, CRM, ERP); "
+                   "0: any free port, printed at the end.")
 @click.option("--seed-only", is_flag=True, help="Seed, print a JSON summary and exit instead of serving.")
 @hub_command
 def demo(reset: bool, host: str, port: int, business_port: int, seed_only: bool):
     """Start a living demo hub: database, migrations, a demo CRM and ERP, data made through the
-    hub's own APIs, and the console."""
+    hub's own APIs, and the console; then print the sign-ins and the agent login command."""
     import logging
 
-    from .demo.command import run_demo
+    from .demo.command import PortInUse, run_demo
     from .demo.seed import SeedError
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no access log lines under the progress bar
+    logging.getLogger("bailing.request").setLevel(logging.WARNING)  # nor the request log
     try:
         summary = run_demo(current_app._get_current_object(), host, port, reset, serve=not seed_only,
                            business_port=business_port)
+    except PortInUse as err:
+        _fail("port_in_use", str(err), option=err.option, port=err.port)
     except (SeedError, OSError) as err:
         _fail("demo_failed", str(err))
     if seed_only:

@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from . import resources
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -34,11 +36,30 @@ def _zone(name: str) -> str:
     return name
 
 
+def _choice(name: str, allowed: tuple[str, ...], default: str, upper: bool = False) -> str:
+    raw = (os.environ.get(name) or "").strip()
+    value = (raw.upper() if upper else raw.lower()) or default
+    if value not in allowed:
+        raise SystemExit(f"{name} must be one of {', '.join(allowed)}, got {raw!r}")
+    return value
+
+
+def resolve_data_dir(value: str | os.PathLike | None) -> Path:
+    """BAILING_DATA_DIR as one absolute folder, fixed when the settings are made, so that a later
+    change of directory cannot point a process at a second embedded server. Unset, the user's data
+    folder (on Linux $XDG_DATA_HOME/bailing, else ~/.local/share/bailing)."""
+    if value is None or str(value) == "":
+        import platformdirs
+
+        value = platformdirs.user_data_dir("bailing", appauthor=False)
+    return Path(value).expanduser().resolve()
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
-    data_dir: Path = Path("var")
-    sql_dir: Path = PROJECT_ROOT / "sql"
+    data_dir: Path | None = None  # always an absolute Path once made (__post_init__)
+    sql_dir: Path = resources.SQL_DIR
     secret_key: str | None = None
     db_pool_size: int = 5
     db_max_overflow: int = 5
@@ -50,13 +71,19 @@ class Settings:
     console_idle_minutes: int = 30
     console_max_hours: int = 12
     trusted_proxies: int = 0  # proxy hops whose X-Forwarded-For/-Proto/-Host are believed
+    metrics_token: str | None = None  # unset: /metrics answers loopback clients only
+    log_format: str = "json"
+    log_level: str = "INFO"
+
+    def __post_init__(self):
+        object.__setattr__(self, "data_dir", resolve_data_dir(self.data_dir))
 
     @classmethod
     def from_env(cls) -> "Settings":
         return cls(
             database_url=os.environ.get("BAILING_DATABASE_URL") or None,
-            data_dir=Path(os.environ.get("BAILING_DATA_DIR") or "var"),
-            sql_dir=Path(os.environ.get("BAILING_SQL_DIR") or PROJECT_ROOT / "sql"),
+            data_dir=os.environ.get("BAILING_DATA_DIR") or None,
+            sql_dir=Path(os.environ.get("BAILING_SQL_DIR") or resources.SQL_DIR),
             secret_key=os.environ.get("BAILING_SECRET_KEY") or None,
             db_pool_size=_int("BAILING_DB_POOL_SIZE", 5),
             db_max_overflow=_int("BAILING_DB_MAX_OVERFLOW", 5, minimum=0),
@@ -68,6 +95,10 @@ class Settings:
             console_idle_minutes=_int("BAILING_CONSOLE_IDLE_MINUTES", 30),
             console_max_hours=_int("BAILING_CONSOLE_MAX_HOURS", 12),
             trusted_proxies=_int("BAILING_TRUSTED_PROXIES", 0, minimum=0),
+            metrics_token=os.environ.get("BAILING_METRICS_TOKEN") or None,
+            log_format=_choice("BAILING_LOG_FORMAT", ("json", "text"), "json"),
+            log_level=_choice("BAILING_LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+                              "INFO", upper=True),
         )
 
     def replace(self, **changes) -> "Settings":
@@ -77,7 +108,5 @@ class Settings:
             raise TypeError(f"unknown settings: {sorted(unknown)}")
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
-        if values["data_dir"] is not None:
-            values["data_dir"] = Path(values["data_dir"])
         values["sql_dir"] = Path(values["sql_dir"])
         return Settings(**values)
