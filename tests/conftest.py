@@ -196,6 +196,26 @@ def serve(application) -> LiveServer:
 
 
 @pytest.fixture
+def hub_app(db_url, tmp_path):
+    """`hub_app(setup=None, **settings)`: an app of the test's own settings (a metrics token, a
+    trusted proxy, a log format...), `setup(app)` run on it, served on loopback."""
+    made = []
+
+    def build(setup=None, **settings):
+        application = create_app({"database_url": db_url, "data_dir": tmp_path / "var", **settings})
+        if setup is not None:
+            setup(application)
+        live = serve(application)
+        made.append((application, live))
+        return live
+
+    yield build
+    for application, live in made:
+        live.stop()
+        application.extensions["bailing"].db.dispose()
+
+
+@pytest.fixture
 def server(app):
     live = serve(app)
     yield live

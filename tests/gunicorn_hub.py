@@ -23,10 +23,12 @@ def free_port() -> int:
 class GunicornHub:
     """`with GunicornHub(db_url, workers=3) as hub:` starts gunicorn on 127.0.0.1 and waits until
     every worker answers. `env` adds variables (for instance a provider's signing secret);
-    `threads` serves each worker's requests on that many threads (the gthread worker)."""
+    `threads` serves each worker's requests on that many threads (the gthread worker); `args` are
+    added to gunicorn's command line. `log()` is what gunicorn wrote on stderr, also after exit."""
 
     def __init__(self, db_url: str, *, workers: int = 3, data_dir: Path | None = None,
-                 env: dict[str, str] | None = None, timeout: int = 60, threads: int | None = None):
+                 env: dict[str, str] | None = None, timeout: int = 60, threads: int | None = None,
+                 args: tuple[str, ...] = ()):
         self.db_url = db_url
         self.workers = workers
         self.port = free_port()
@@ -35,10 +37,13 @@ class GunicornHub:
         self.extra_env = env or {}
         self.timeout = timeout
         self.threads = threads
+        self.args = args
         self.process: subprocess.Popen | None = None
+        self._final_log: str | None = None
 
     def __enter__(self) -> "GunicornHub":
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BAILING_")}
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("BAILING_") and k != "PROMETHEUS_MULTIPROC_DIR"}
         env.update(self.extra_env)
         env["BAILING_DATABASE_URL"] = self.db_url
         env["BAILING_SECRET_KEY"] = "gunicorn-hub-test-secret"
@@ -47,11 +52,13 @@ class GunicornHub:
         threaded = ["--worker-class", "gthread", "--threads", str(self.threads)] if self.threads else []
         # stderr carries a log line per request: into a file, since a pipe nobody reads fills up
         # and then blocks every worker on its next line.
-        self.stderr = tempfile.TemporaryFile(mode="w+")
+        fd, name = tempfile.mkstemp(prefix="gunicorn-", suffix=".stderr")
+        self.stderr_path = Path(name)
+        self.stderr = os.fdopen(fd, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "--workers", str(self.workers), *threaded,
              "--bind", f"127.0.0.1:{self.port}", "--timeout", str(self.timeout),
-             "--graceful-timeout", "5", "--log-level", "warning", "admin_app:create_app()"],
+             "--graceful-timeout", "5", "--log-level", "warning", *self.args, "admin_app:create_app()"],
             env=env, stdout=subprocess.DEVNULL, stderr=self.stderr, text=True,
         )
         self._wait_ready()
@@ -61,7 +68,7 @@ class GunicornHub:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited: {self.stderr_text()[-4000:]}")
+                raise RuntimeError(f"gunicorn exited: {self.log()[-4000:]}")
             try:
                 if requests.get(self.url + "/health/live", timeout=2).status_code == 200 \
                         and len(self.worker_pids()) == self.workers:
@@ -72,10 +79,10 @@ class GunicornHub:
         self.__exit__(None, None, None)
         raise RuntimeError("gunicorn did not become ready within 60 s")
 
-    def stderr_text(self) -> str:
-        self.stderr.flush()
-        self.stderr.seek(0)
-        return self.stderr.read()
+    def log(self) -> str:
+        if self._final_log is not None:
+            return self._final_log
+        return self.stderr_path.read_text()
 
     def worker_pids(self) -> list[int]:
         """The master's live child processes (the workers)."""
@@ -104,5 +111,7 @@ class GunicornHub:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process:
+        if self.process and self._final_log is None:
             self.stderr.close()
+            self._final_log = self.stderr_path.read_text()
+            self.stderr_path.unlink()

@@ -41,18 +41,18 @@ def query(url: str, text: str, params=None) -> list:
 
 
 @pytest.fixture
-def hub_app(empty_db, tmp_path):
+def fresh_app(empty_db, tmp_path):
     application = create_app({"database_url": empty_db, "data_dir": tmp_path / "var"})
     yield application
     application.extensions["bailing"].db.dispose()
 
 
 @pytest.fixture
-def run(hub_app):
+def run(fresh_app):
     """bailing-admin in-process against the fresh database: (exit code, stdout JSON, stderr JSON)."""
     from admin_app.cli import main
 
-    runner = hub_app.test_cli_runner()
+    runner = fresh_app.test_cli_runner()
 
     def invoke(*args: str, input: str | None = None):
         result = runner.invoke(main, list(args), input=input)
@@ -74,7 +74,7 @@ def signs_in(app, username: str, password: str) -> bool:
         live.stop()
 
 
-def test_init_migrates_creates_the_admin_whose_generated_password_signs_in(empty_db, hub_app, tmp_path):
+def test_init_migrates_creates_the_admin_whose_generated_password_signs_in(empty_db, fresh_app, tmp_path):
     done = run_cli_process(["init", "--admin", "alice"], empty_db, data_dir=tmp_path / "var")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -91,8 +91,8 @@ def test_init_migrates_creates_the_admin_whose_generated_password_signs_in(empty
     assert any("gunicorn" in step for step in out["next"])
     assert any("/console/login" in step and "alice" in step for step in out["next"])
     assert any("config apply" in step for step in out["next"])  # nothing configured yet
-    assert signs_in(hub_app, "alice", password)
-    assert not signs_in(hub_app, "alice", password + "x")
+    assert signs_in(fresh_app, "alice", password)
+    assert not signs_in(fresh_app, "alice", password + "x")
 
 
 def test_running_init_again_migrates_and_leaves_admins_alone(empty_db, run):
@@ -111,14 +111,14 @@ def test_running_init_again_migrates_and_leaves_admins_alone(empty_db, run):
     assert query(empty_db, "SELECT id, username, role, password_hash, updated_at FROM bz_admins") == admins_before
 
 
-def test_a_password_from_stdin_is_the_one_that_signs_in_and_is_not_printed(empty_db, hub_app, tmp_path):
+def test_a_password_from_stdin_is_the_one_that_signs_in_and_is_not_printed(empty_db, fresh_app, tmp_path):
     done = run_cli_process(["init", "--admin", "alice", "--password-stdin"], empty_db,
                            data_dir=tmp_path / "var", input=STRONG + "\n")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["admin"]["username"] == "alice" and "password" not in out["admin"]
     assert STRONG not in done.stdout + done.stderr
-    assert signs_in(hub_app, "alice", STRONG)
+    assert signs_in(fresh_app, "alice", STRONG)
 
 
 def test_init_applies_a_configuration_file(empty_db, run):

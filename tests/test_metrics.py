@@ -9,20 +9,17 @@ test compares a scrape before and after what it does.
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import pytest
 import requests
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from admin_app import create_app
 from tests.conftest import serve
+from tests.gunicorn_hub import GunicornHub
 from tests.test_audit_agent import append, completed_turn, ready
 from tests.test_tool_invocations import BIG_CREDIT, CUSTOMER, Agent
 
@@ -65,23 +62,6 @@ def scrape(server, **kwargs) -> Samples:
 
 def delta(before: Samples, after: Samples, name: str, **labels) -> float:
     return after.value(name, **labels) - before.value(name, **labels)
-
-
-@pytest.fixture
-def hub_app(db_url, tmp_path):
-    """An app of our own settings (a token, a trusted proxy, ...), served on loopback."""
-    made = []
-
-    def build(**settings):
-        application = create_app({"database_url": db_url, "data_dir": tmp_path / "var", **settings})
-        live = serve(application)
-        made.append((application, live))
-        return live
-
-    yield build
-    for application, live in made:
-        live.stop()
-        application.extensions["bailing"].db.dispose()
 
 
 # ----------------------------------------------------------------------------- requests
@@ -261,72 +241,6 @@ def test_a_database_outage_is_a_gauge_not_a_failed_scrape(tmp_path):
 
 # ----------------------------------------------------------------------------- gunicorn
 
-class Gunicorn:
-    """gunicorn serving the hub on 127.0.0.1 port 0 (the port is read from its log), its stderr
-    kept in a file; `args` and `env` are added to the command and environment."""
-
-    def __init__(self, db_url: str, folder: Path, *, workers: int = 1, args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None):
-        self.db_url, self.folder, self.workers = db_url, folder, workers
-        self.args, self.extra_env = args, env or {}
-        self.stderr_path = folder / "gunicorn.stderr"
-        self.process: subprocess.Popen | None = None
-        self.url = ""
-
-    def __enter__(self) -> "Gunicorn":
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("BAILING_") and k != "PROMETHEUS_MULTIPROC_DIR"}
-        env.update({"BAILING_DATABASE_URL": self.db_url, "BAILING_SECRET_KEY": "metrics-test-secret",
-                    "BAILING_DATA_DIR": str(self.folder / "var")}, **self.extra_env)
-        self.stderr = open(self.stderr_path, "w")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--workers", str(self.workers), "--bind", "127.0.0.1:0",
-             "--log-level", "info", "--graceful-timeout", "5", *self.args, "admin_app:create_app()"],
-            env=env, stdout=subprocess.DEVNULL, stderr=self.stderr, text=True)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def log(self) -> str:
-        return self.stderr_path.read_text()
-
-    def worker_pids(self) -> list[int]:
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
-        try:
-            return [int(pid) for pid in children.read_text().split()]
-        except FileNotFoundError:
-            return []
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited: {self.log()[-2000:]}")
-            if not self.url:
-                found = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", self.log())
-                self.url = found.group(1) if found else ""
-            if self.url and len(self.worker_pids()) == self.workers:
-                try:
-                    if requests.get(self.url + "/health/live", timeout=2).status_code == 200:
-                        return
-                except requests.RequestException:
-                    pass
-            time.sleep(0.05)
-        raise RuntimeError("gunicorn did not become ready within 60 s")
-
-    def __exit__(self, *exc) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.stderr.close()
-
 
 def _requests_of(files: list[Path]) -> float:
     """/health/live requests counted in these multiprocess files."""
@@ -342,8 +256,9 @@ def test_multiprocess_mode_sums_every_gunicorn_worker(db_url, tmp_path):
     folder = tmp_path / "prometheus"
     folder.mkdir()
     (folder / "counter_1.db").write_bytes(b"left by an earlier run")  # wiped at start
-    with Gunicorn(db_url, tmp_path, workers=2, args=("-c", "python:admin_app.observability.gunicorn_conf"),
-                  env={"PROMETHEUS_MULTIPROC_DIR": str(folder)}) as hub:
+    with GunicornHub(db_url, workers=2, data_dir=tmp_path / "var",
+                     args=("-c", "python:admin_app.observability.gunicorn_conf"),
+                     env={"PROMETHEUS_MULTIPROC_DIR": str(folder)}) as hub:
         pids = hub.worker_pids()
         assert not (folder / "counter_1.db").exists()
         # The readiness probe's own requests are already counted.

@@ -8,37 +8,25 @@ from __future__ import annotations
 import pytest
 import requests
 
-from admin_app import create_app
 from admin_app.config import Settings
-from tests.conftest import serve
 from tests.test_console_server import PASSWORD, Browser, csrf_of, make_admin
 
 FORGED = {"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "hub.example"}
 
 
+def _probe_route(application) -> None:
+    @application.get("/_probe")  # what the application sees of the request
+    def _probe():
+        from flask import jsonify, request
+
+        return jsonify(addr=request.remote_addr, secure=request.is_secure, host=request.host)
+
+
 @pytest.fixture
-def hub_with(db_url, tmp_path, cli):
+def hub_with(hub_app, cli):
     """A live hub whose settings trust `hops` proxies, with admin `ann` (the CLI shares the database)."""
     make_admin(cli, "ann", "admin")
-    started = []
-
-    def start(hops: int):
-        application = create_app({"database_url": db_url, "data_dir": tmp_path / "var", "trusted_proxies": hops})
-
-        @application.get("/_probe")  # what the application sees of the request
-        def _probe():
-            from flask import jsonify, request
-
-            return jsonify(addr=request.remote_addr, secure=request.is_secure, host=request.host)
-
-        live = serve(application)
-        started.append((application, live))
-        return live
-
-    yield start
-    for application, live in started:
-        live.stop()
-        application.extensions["bailing"].db.dispose()
+    return lambda hops: hub_app(setup=_probe_route, trusted_proxies=hops)
 
 
 def sign_in(live, headers: dict, password: str = PASSWORD) -> requests.Response:

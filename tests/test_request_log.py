@@ -16,10 +16,8 @@ import sys
 import pytest
 import requests
 
-from admin_app import create_app
 from admin_app.config import Settings
-from tests.conftest import serve
-from tests.test_metrics import Gunicorn
+from tests.gunicorn_hub import GunicornHub
 
 FIELDS = {"timestamp", "level", "logger", "message", "request_id", "method", "route", "status",
           "duration_ms", "remote_addr"}
@@ -50,29 +48,10 @@ def line_of(lines: list[dict], response) -> dict:
     return found[0]
 
 
-@pytest.fixture
-def hub(db_url, tmp_path):
-    made = []
-
-    def build(setup=None, **settings):
-        application = create_app({"database_url": db_url, "data_dir": tmp_path / "var", **settings})
-        if setup is not None:
-            setup(application)
-        live = serve(application)
-        made.append((application, live))
-        return live
-
-    yield build
-    for application, live in made:
-        live.stop()
-        application.extensions["bailing"].db.dispose()
-
-
 # ----------------------------------------------------------------------------- gunicorn
 
 def test_gunicorn_writes_one_json_line_per_request_and_no_secret(db_url, tmp_path, configured):
-    with Gunicorn(db_url, tmp_path, workers=1) as hub:
-        already = len(request_lines(hub.log()))  # the readiness probes
+    with GunicornHub(db_url, workers=1, data_dir=tmp_path / "var") as hub:
         http = requests.Session()
         kept = http.get(hub.url + "/health/live", headers={"X-Request-Id": "client-7.trace:A_b-9"})
         too_long = http.get(hub.url + "/health/live", headers={"X-Request-Id": "a" * 129})
@@ -88,7 +67,14 @@ def test_gunicorn_writes_one_json_line_per_request_and_no_secret(db_url, tmp_pat
         http.close()
     text = hub.log()  # gunicorn has stopped: every line is written
     lines = request_lines(text)
-    assert len(lines) == already + len(responses)
+    # One line per request: each id once; besides ours, only the readiness probes' lines (their
+    # last line may land after the probe has its answer, so they are not counted beforehand).
+    ids = [line["request_id"] for line in lines]
+    assert len(ids) == len(set(ids))
+    ours = {r.headers["X-Request-Id"] for r in responses}
+    assert len(ours) == len(responses) and ours <= set(ids)
+    assert all(line["route"] == "/health/live" and line["method"] == "GET"
+               for line in lines if line["request_id"] not in ours)
 
     assert [r.status_code for r in responses] == [200, 200, 200, 401, 400, 404]
     for response in responses:
@@ -145,8 +131,8 @@ def _boom(application):
         raise RuntimeError(f"failed near {BODY_MARK}")
 
 
-def test_a_500_and_a_refused_console_request_get_their_line_and_header(hub, capsys):
-    live = hub(setup=_boom)
+def test_a_500_and_a_refused_console_request_get_their_line_and_header(hub_app, capsys):
+    live = hub_app(setup=_boom)
     failed = live.get("/test-only/boom", headers={"X-Request-Id": "trace-500"})
     refused = live.get("/console/login?q=%01")  # control characters: refused before any view
     err = capsys.readouterr().err
@@ -166,8 +152,8 @@ def test_a_500_and_a_refused_console_request_get_their_line_and_header(hub, caps
 
 # ----------------------------------------------------------------------------- settings
 
-def test_text_format_and_level(hub, capsys):
-    live = hub(log_format="text")
+def test_text_format_and_level(hub_app, capsys):
+    live = hub_app(log_format="text")
     response = live.get("/health/live", headers={"X-Request-Id": "text-line-1"})
     err = capsys.readouterr().err
     text_lines = [raw for raw in err.splitlines() if " bailing.request " in raw]
@@ -176,7 +162,7 @@ def test_text_format_and_level(hub, capsys):
                      text_lines[0])
     assert response.headers["X-Request-Id"] == "text-line-1"
 
-    quiet = hub(log_level="WARNING")
+    quiet = hub_app(log_level="WARNING")
     quiet.get("/health/live")
     err = capsys.readouterr().err
     assert request_lines(err) == [] and " bailing.request " not in err
