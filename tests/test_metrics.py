@@ -200,8 +200,18 @@ def test_without_a_token_only_loopback_clients_may_scrape(hub_app):
     outside = live.get("/metrics", headers={"X-Forwarded-For": "203.0.113.7"})
     assert outside.status_code == 404
     assert "bailing_" not in outside.text
-    assert live.get("/metrics", headers={"X-Forwarded-For": "::1"}).status_code == 200
     assert live.get("/metrics").status_code == 200  # no proxy header: the loopback peer itself
+    # A forwarded request is never "local", whatever address it claims: a proxy on the same host
+    # (declared or not) would otherwise hand /metrics to every client it serves.
+    undeclared = hub_app()
+    for name, value in (("X-Forwarded-For", "::1"), ("X-Forwarded-For", "127.0.0.1"),
+                        ("Forwarded", "for=127.0.0.1"), ("X-Real-IP", "127.0.0.1"),
+                        ("X-Forwarded-Proto", "https")):
+        for hub in (live, undeclared):
+            refused = hub.get("/metrics", headers={name: value})
+            assert refused.status_code == 404, (name, value)
+            assert "bailing_" not in refused.text
+    assert undeclared.get("/metrics").status_code == 200
 
     # A token set: the address does not matter, the bearer does.
     guarded = hub_app(trusted_proxies=1, metrics_token=TOKEN)

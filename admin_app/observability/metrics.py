@@ -215,6 +215,7 @@ def render(app) -> bytes:
 # ------------------------------------------------------------------ GET /metrics
 
 bp = Blueprint("metrics", __name__)
+FORWARDING_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-IP")
 
 
 def _allowed() -> bool:
@@ -224,7 +225,10 @@ def _allowed() -> bool:
         if not hmac.compare_digest(sent.encode("utf-8", "replace"), f"Bearer {token}".encode()):
             raise unauthorized()
         return True
-    # No token: loopback clients only (the client address after BAILING_TRUSTED_PROXIES).
+    # No token: loopback clients only, and only when nothing forwarded the request: a reverse
+    # proxy on the same host makes every client of the Internet a loopback peer.
+    if any(name in request.headers for name in FORWARDING_HEADERS):
+        return False
     try:
         address = ipaddress.ip_address(request.remote_addr or "")
     except ValueError:
