@@ -21,7 +21,7 @@ from admin_app import create_app
 from tests.conftest import serve
 from tests.gunicorn_hub import GunicornHub
 from tests.test_audit_agent import append, completed_turn, ready
-from tests.test_tool_invocations import BIG_CREDIT, CUSTOMER, Agent
+from tests.test_tool_invocations import BIG_CREDIT, CUSTOMER, Admin, Agent
 
 REQUESTS = "bailing_http_requests_total"
 LATENCY = "bailing_http_request_duration_seconds"
@@ -163,6 +163,22 @@ def test_dispatch_outcomes_are_counted_once_each_and_gauges_equal_the_database(
     again = scrape(server)
     assert again.value("bailing_tool_approvals_pending") == 0
     assert again.value("bailing_tool_approvals_pending_oldest_age_seconds") == 0
+
+
+def test_an_approver_denial_is_counted_once_and_a_refused_one_not(server, governed, business, cli):
+    agent = Agent(server, governed)
+    approver = Admin(server, cli, "ann", "approver")
+    assert agent.invoke("customer_update_credit_limit", BIG_CREDIT, "m-deny")["status"] == "awaiting_approval"
+    [approval] = approver.approvals("pending")
+    before = scrape(server)
+    # Refused (no reason, then a stale hash): nothing ends, nothing is counted.
+    assert approver.decide(approval["id"], "deny", args_hash=approval["args_hash"]).status_code == 400
+    assert approver.decide(approval["id"], "deny", args_hash="f" * 64, reason="no").status_code == 409
+    assert delta(before, scrape(server), OUTCOMES, outcome="denied") == 0
+    approver.deny(approval)
+    assert approver.decide(approval["id"], "deny", args_hash=approval["args_hash"],
+                           reason="again").status_code == 409  # already decided
+    assert delta(before, scrape(server), OUTCOMES, outcome="denied") == 1
 
 
 def test_pool_figures_are_this_process_pool(app, server, configured):

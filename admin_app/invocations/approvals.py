@@ -162,10 +162,14 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
                        "The snapshot hash differs from the one you reviewed; review it again.")
     if decision == "denied":
         # A denied call never reaches the business system: the invocation ends here.
-        db.execute(text("""
+        ended = db.execute(text("""
             UPDATE bz_tool_invocations SET status = 'denied', reason = 'approval_denied', updated_at = now()
             WHERE id = (SELECT job_id FROM bz_tool_approvals WHERE id = :id) AND status = 'awaiting_approval'"""),
             {"id": approval_id})
+        if ended.rowcount:
+            from ..observability.metrics import tool_call_outcome  # metrics reads this package's models
+
+            tool_call_outcome(db, "denied")
     db.expire_all()
     # `ok` and `rerun` as upstream answers a decision: an agent's call never reruns by itself,
     # the agent resumes it.

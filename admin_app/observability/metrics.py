@@ -111,15 +111,20 @@ def _forget_rolled_back(session: Session, *_previous) -> None:
     session.info.pop(_AFTER_COMMIT, None)
 
 
+def tool_call_outcome(db: Session, outcome: str) -> None:
+    """A governed call reached `outcome`, counted when `db`'s transaction commits."""
+    at_commit(db, DISPATCH_OUTCOMES.labels(outcome))
+
+
 @event.listens_for(Invocation.status, "set")
 def _status_changed(target: Invocation, value, oldvalue, _initiator) -> None:
     # Every status an invocation takes in admin_app/invocations/service.py passes here, however
     # many places decide it; counted when that transaction commits. (An approver's denial is
-    # written by SQL in approvals.decide and is not counted here.)
+    # written by SQL in approvals.decide, which counts it itself.)
     if value != oldvalue and value in OUTCOMES:
         db = object_session(target)
         if db is not None:
-            at_commit(db, DISPATCH_OUTCOMES.labels(value))
+            tool_call_outcome(db, value)
 
 
 def update_pool(app) -> None:
