@@ -79,7 +79,7 @@ class Settings:
         object.__setattr__(self, "data_dir", resolve_data_dir(self.data_dir))
 
     @classmethod
-    def from_env(cls) -> "Settings":
+    def from_env(cls) -> Settings:
         return cls(
             database_url=os.environ.get("BAILING_DATABASE_URL") or None,
             data_dir=os.environ.get("BAILING_DATA_DIR") or None,
@@ -101,7 +101,7 @@ class Settings:
                               "INFO", upper=True),
         )
 
-    def replace(self, **changes) -> "Settings":
+    def replace(self, **changes) -> Settings:
         known = {f.name for f in fields(self)}
         unknown = set(changes) - known
         if unknown:

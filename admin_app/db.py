@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import select
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import psycopg
 from psycopg.pq import ExecStatus

@@ -108,7 +108,7 @@ def stop(data_dir: Path) -> bool:
         # Run directly rather than through the library's wrapper, which logs a failure as raw
         # text on stderr and keeps pg_ctl's message out of the error. Stopping starts no child
         # process, so capturing its output cannot hang.
-        done = subprocess.run([str(pg_ctl), "-D", str(pgdata), "-w", "-m", "fast", "stop"],
+        done = subprocess.run([str(pg_ctl), "-D", str(pgdata), "-w", "-m", "fast", "stop"],  # noqa: S603 - no shell, our pg_ctl
                               user=user, capture_output=True, text=True, timeout=120)
     except (OSError, KeyError, subprocess.TimeoutExpired) as err:
         raise StopError(f"pg_ctl could not be run: {err}") from None

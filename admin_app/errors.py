@@ -97,7 +97,8 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(err: Exception):
-        log.exception("unhandled error on %s %s", request.method, request.path)
+        # Flask calls error handlers inside its own `except` block, so the traceback is there to log.
+        log.exception("unhandled error on %s %s", request.method, request.path)  # noqa: LOG004
         if is_api_path(request.path):
             code = next((c for prefix, c in INTERNAL_ERROR_CODES if request.path.startswith(prefix)),
                         "internal_error")

@@ -84,8 +84,8 @@ def _dry_run(hub, username: str, doc: dict | None, base_dir: Path | None) -> Non
 def _next_steps(username: str, created: bool, existing: list[str], apps: list[str], has_apps: bool,
                 embedded: bool, data_dir: Path, secret_key_set: bool) -> list[str]:
     steps = [f"Start the hub (with the same BAILING_* environment): {GUNICORN}",
-             f"Sign in at http://127.0.0.1:8000/console/login as {username if created else existing[0]}"
-             " (in production through your TLS proxy, https://YOUR-HOST/console/login)"]
+             (f"Sign in at http://127.0.0.1:8000/console/login as {username if created else existing[0]}"
+              " (in production through your TLS proxy, https://YOUR-HOST/console/login)")]
     if not created:
         steps.append(f"The hub already has {len(existing)} admin(s) ({', '.join(existing[:5])}): init left "
                      "every admin as it was. `bailing-admin admins list` shows them; "

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 RESOURCE_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]{1,63}$")
 RESERVED_ROUTES = frozenset({"auto"})
@@ -20,8 +21,8 @@ SAFE_INTEGER_MAX = 2**53 - 1  # the largest integer every JSON client holds exac
 # characters, and what JavaScript's trim() removes (a text made only of it is blank).
 UUID_V1_5 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", re.I)
 CLIENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
-JS_BLANK = " \t\n\v\f\r\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-           "\u2028\u2029\u202f\u205f\u3000\ufeff"
+JS_BLANK = (" \t\n\v\f\r\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+            "\u2028\u2029\u202f\u205f\u3000\ufeff")
 
 
 class Invalid(Exception):
@@ -44,7 +45,7 @@ def is_blank(text: str) -> bool:
     return not text.strip(JS_BLANK)
 
 
-def client_text(checker: "Checker", value: Any, path: str, max_units: int, *,
+def client_text(checker: Checker, value: Any, path: str, max_units: int, *,
                 blank_ok: bool = False) -> str | None:
     """Text a client sent, kept exactly as sent: a string of at most `max_units` UTF-16 code
     units (as clients count), with no control character other than tab, LF and CR, and not
@@ -182,7 +183,7 @@ class Checker:
         self.problems: list[tuple[str, str]] = []
 
     @classmethod
-    def single(cls, path: str, message: str) -> "Checker":
+    def single(cls, path: str, message: str) -> Checker:
         checker = cls()
         checker.add(path, message)
         return checker

@@ -129,7 +129,7 @@ def main() -> None:
     total = args.events - args.events % BATCH
 
     rounds = []
-    with bench_hub(args.workers) as (db_url, operator, hub, folder):
+    with bench_hub(args.workers) as (db_url, operator, hub, _folder):
         operator("config", "apply", str(EXAMPLES / "hub.json"))
         session = operator.session("crm-demo", "customers")
         # A short unmeasured round first: every worker connects, prepares its statements and

@@ -87,7 +87,7 @@ def main() -> None:
     try:
         with ExitStack() as stack:
             for size, chars in (("tiny", 0), ("huge", CSV_CHARS)):
-                db_url, operator, hub, folder = stack.enter_context(bench_hub(args.workers))
+                _db_url, operator, hub, folder = stack.enter_context(bench_hub(args.workers))
                 operator.apply(config(business.url), folder)
                 session = operator.session("ops-app", "desk")
                 sizes[size] = fill_queue(hub.url, session, args.approvals, chars)

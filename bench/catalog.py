@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    with bench_hub(args.workers) as (db_url, operator, hub, folder):
+    with bench_hub(args.workers) as (_db_url, operator, hub, folder):
         operator("config", "apply", str(EXAMPLES / "hub.json"))
         doc, writes = big_document(args.tools)
         (folder / "big.openapi.json").write_text(json.dumps(doc), "utf-8")

@@ -17,9 +17,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -287,7 +287,7 @@ def interleaved(cases: dict[str, Callable[[], requests.Response]], repetitions: 
     case alike; returns a summary per case."""
     times: dict[str, list[float]] = {name: [] for name in cases}
     sizes: dict[str, int] = {}
-    for name, call in cases.items():
+    for call in cases.values():
         sample(call, 0, warmup)
     for _ in range(rounds):
         for name, call in cases.items():

@@ -28,9 +28,9 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 if str(PROJECT_ROOT) not in sys.path:
@@ -156,7 +156,7 @@ class Batch:
 @dataclass
 class Archive:
     id: str
-    group: "Group"
+    group: Group
     acked: list[Batch] = field(default_factory=list)
     lost: list[Batch] = field(default_factory=list)   # response never arrived; present or absent
     acked_max: int = 0
@@ -252,7 +252,7 @@ class Group:
     """One writer identity (with its members) and the archive its writers append to now; when that
     archive is nearly full, the first writer to notice opens the next one with the same members."""
 
-    def __init__(self, index: int, spec: dict, writers: int, registry: "Registry"):
+    def __init__(self, index: int, spec: dict, writers: int, registry: Registry):
         self.index = index
         self.spec = spec
         self.writers = writers

@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--drip", type=float, default=0.5, help="seconds between the slow bodies' bytes")
     args = parser.parse_args()
 
-    from common import fresh_database, server_label  # noqa: E402 - the benchmarks' shared setup
+    from common import fresh_database, server_label  # the benchmarks' shared setup
 
     setups = [("sync", 1, 30), ("sync", 1, 5), ("gthread", args.threads, 30)]
     rows: list[dict] = []

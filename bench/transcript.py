@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    with bench_hub(args.workers) as (db_url, operator, hub, folder):
+    with bench_hub(args.workers) as (_db_url, operator, hub, _folder):
         operator("config", "apply", str(EXAMPLES / "hub.json"))
         session = operator.session("crm-demo", "customers")
         archive = create_archive(hub.url, session, "customers")

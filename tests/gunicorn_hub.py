@@ -41,7 +41,7 @@ class GunicornHub:
         self.process: subprocess.Popen | None = None
         self._final_log: str | None = None
 
-    def __enter__(self) -> "GunicornHub":
+    def __enter__(self) -> GunicornHub:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("BAILING_") and k != "PROMETHEUS_MULTIPROC_DIR"}
         env.update(self.extra_env)

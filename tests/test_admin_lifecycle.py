@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import getpass
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -124,7 +124,7 @@ def test_a_live_token_works_and_its_last_use_is_kept(app, server, cli, sql, alic
     used = ok(cli("admins", "tokens", "list", "alice"))["tokens"]
     assert [(t["token_id"], t["status"], t["revoked_at"]) for t in used] == [(alice_token["token_id"], "live", None)]
     last = datetime.fromisoformat(used[0]["last_used_at"].replace("Z", "+00:00"))
-    assert datetime.now(timezone.utc) - last < timedelta(minutes=1)
+    assert datetime.now(UTC) - last < timedelta(minutes=1)
     assert "token" not in used[0] and alice_token["token"] not in str(used)
 
 
@@ -141,7 +141,8 @@ def test_a_revoked_token_is_401_on_every_admin_route_and_others_keep_working(app
     assert out == {"username": "alice", "revoked": [alice_token["token_id"]]}
     refused_everywhere(app, server, alice_token["token"])
     assert server.get("/admin/api/me", headers=bearer(other["token"])).status_code == 200
-    assert sql("SELECT actor, action, target, detail->>'token_id' FROM bz_admin_events WHERE action = 'token_revoked'") == [
+    assert sql("SELECT actor, action, target, detail->>'token_id' FROM bz_admin_events "
+               "WHERE action = 'token_revoked'") == [
         (OPERATOR, "token_revoked", "alice", str(alice_token["token_id"]))]
 
     ok(cli("admins", "tokens", "revoke", "alice", "--all"))
@@ -310,7 +311,8 @@ def test_role_change_and_password_reset_in_the_console(server, boss, sql):
     victim = signed_in(server.url, "carl")
     assert act(boss, "/console/admins/carl/role", role="approver") == ["Role changed."]
     assert sql("SELECT role FROM bz_admins WHERE username = 'carl'") == [("approver",)]
-    assert act(boss, "/console/admins/carl/password", password=NEW_PASSWORD) == ["Password reset; their sessions ended."]
+    assert act(boss, "/console/admins/carl/password", password=NEW_PASSWORD) == [
+        "Password reset; their sessions ended."]
     assert location(victim.get("/console/approvals/")).startswith(SIGN_IN)
     assert Browser(server.url).login("carl", NEW_PASSWORD).status_code == 303
     assert [e[1] for e in events(sql)[-2:]] == ["role_changed", "password_reset"]
@@ -318,7 +320,8 @@ def test_role_change_and_password_reset_in_the_console(server, boss, sql):
 
 def test_console_refusals_change_nothing(boss, sql):
     before = (admin_state(sql), count(sql, "bz_admin_events"))
-    assert act(boss, "/console/admins/carl/role", role="root") == ["role must be one of: admin, auditor, approver, support"]
+    assert act(boss, "/console/admins/carl/role", role="root") == [
+        "role must be one of: admin, auditor, approver, support"]
     assert act(boss, "/console/admins/carl/password", password="short") == [
         "password must be 12 to 1024 characters"]
     assert act(boss, "/console/admins/", username="Bad Name", role="admin", password=NEW_PASSWORD)[0].startswith(

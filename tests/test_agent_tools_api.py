@@ -230,7 +230,7 @@ APPROVALS = {
     "deprecated-unattended": (
         ["customer_note_add", "customer_merge", "customer_update_credit_limit", "customer_update_email"],
         {"unattended_write_tools": ["customer_note_add", "customer_merge"]},
-        # forced = write_tools − unattended; customer_merge stays required by its ACC risk: high
+        # forced = write_tools - unattended; customer_merge stays required by its ACC risk: high
         {"customer_update_credit_limit", "customer_update_email", "customer_merge"}),
     "unattended-cannot-weaken-acc": (
         ["customer_merge", "customer_note_add", "customer_update_credit_limit"],

@@ -12,7 +12,7 @@ import json
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -131,7 +131,7 @@ def stored(sql, archive: str) -> tuple:
 
 def recent(stamp: str) -> bool:
     moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    return abs(datetime.now(timezone.utc) - moment) < timedelta(minutes=5)
+    return abs(datetime.now(UTC) - moment) < timedelta(minutes=5)
 
 
 def make_admin_token(cli, role: str) -> str:

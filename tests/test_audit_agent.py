@@ -962,7 +962,7 @@ def test_batch_text_is_counted_in_utf8_bytes_not_characters(server, people, unch
 
 TEXTS = ["   leading spaces and trailing   ", "line 1\nline 2\n\nline 4\n", "windows\r\nline\r\n",
          "emoji 😀 family 👩‍👩‍👧 flag 🇨🇳", "tab\tand\u00a0nbsp and zero\u200bwidth", "\n  surrounded by blanks  \n",
-         "中文：比较两家门店。", "quotes \"double\" 'single' \\ backslash </script>", "é (NFC) vs é (NFD)"]
+         "中文：比较两家门店。", "quotes \"double\" 'single' \\ backslash </script>", "é (NFC) vs é (NFD)"]  # noqa: RUF001 - CJK text on purpose
 
 
 def test_text_is_stored_exactly_as_sent(server, people, sql, admin):
@@ -1155,7 +1155,7 @@ def _archive_count(url: str) -> int:
 
 
 def test_without_057_every_archive_endpoint_is_503_unavailable(hub_at):
-    live, url, (a, b) = hub_at(3)
+    live, _url, (a, b) = hub_at(3)
     probe = live.get(f"{AUDITS}/capabilities", headers=auth(a))
     assert probe.status_code == 200 and probe.json()["cross_binding_members"] is False
     cid = str(uuid.uuid4())

@@ -120,7 +120,7 @@ EXPECTED_UNCHANGED = report(unchanged={"tool_providers": ["demo-crm"], "routes":
 # ---------------------------------------------------------------- applying
 
 def test_apply_example_creates_provider_route_and_client(cli, sql):
-    assert counts(sql) == {table: 0 for table in TABLES}
+    assert counts(sql) == dict.fromkeys(TABLES, 0)
 
     assert applied(cli, EXAMPLES / "hub.json") == EXPECTED_CREATED
 
@@ -512,7 +512,7 @@ def test_check_on_an_empty_database_reports_what_would_be_created_and_writes_not
     assert code == 0, err
     assert out == {"checked": True, **EXPECTED_CREATED, "warnings": []}
     assert snapshot(sql) == before
-    assert counts(sql) == {table: 0 for table in TABLES}
+    assert counts(sql) == dict.fromkeys(TABLES, 0)
 
 
 def test_check_reports_what_apply_then_does(cli, sql, configured, tmp_path):
@@ -558,7 +558,7 @@ def test_check_cannot_write_even_if_asked_to(app, configured):
     from admin_app.config_apply import check as check_config
 
     hub = app.extensions["bailing"]
-    with pytest.raises(InternalError, match="read-only transaction"):
+    with pytest.raises(InternalError, match="read-only transaction"):  # noqa: PT012 - leaving the session is what raises
         with hub.db.session() as session:
             check_config(session, {}, EXAMPLES)
             session.execute(text("UPDATE bz_routes SET name = 'written'"))

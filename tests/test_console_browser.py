@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
@@ -398,7 +398,8 @@ def long_transcript(hub: Hub, turns: int) -> tuple[str, int]:
     archive_id = hub.archive("conv-long-shift", "Night shift, Lisbon warehouse")
     events: list[dict] = []
     for n in range(1, turns + 1):
-        events += hub.exchange(archive_id, len(events) + 1, f"turn-{n}", f"Question {n}: how many pallets in aisle {n}?",
+        events += hub.exchange(archive_id, len(events) + 1, f"turn-{n}",
+                               f"Question {n}: how many pallets in aisle {n}?",
                                f"Answer {n}: aisle {n} holds {n % 37 + 3} pallets.")
     hub.append(archive_id, events)
     return archive_id, len(events)
@@ -434,7 +435,8 @@ def test_a_long_transcript_scrolls_page_by_page_to_its_end(hub, ui, sql):
     expect(end).to_be_visible()
     expect(page.locator(".transcript .more")).to_have_count(0)
 
-    sequences = [int(s) for s in page.eval_on_selector_all("[data-sequence]", "els => els.map(e => e.dataset.sequence)")]
+    sequences = [int(s) for s in
+                 page.eval_on_selector_all("[data-sequence]", "els => els.map(e => e.dataset.sequence)")]
     assert len(sequences) == len(set(sequences)), "a sequence is shown twice"
     assert sequences == list(range(1, last + 1)), "a sequence is missing or out of order"
     expect(page.locator(f"#seq-{last}")).to_be_visible()
@@ -643,7 +645,7 @@ def test_a_run_link_in_a_transcript_opens_the_run_trace_and_links_back(hub, ui):
 # ================================================================ hostile text is shown, never run
 
 def test_script_and_onerror_in_messages_and_arguments_are_shown_as_text(hub, ui, sql):
-    archive_id, run_id = hub.traced_conversation(conversation="conv-hostile", question=f"Please look: {XSS}",
+    _archive_id, run_id = hub.traced_conversation(conversation="conv-hostile", question=f"Please look: {XSS}",
                                                  label=XSS, answer=f"I will not run {XSS}")
     merge = hub.approval("customer_merge", {**MERGE, "reason": XSS})
     username = hub.admin("admin")
@@ -768,7 +770,7 @@ def test_j_k_and_enter_navigate_the_list_and_the_time_switch_changes_times(hub, 
     assert times.count() >= 3
     first = times.first
     stamp = datetime.fromisoformat(first.get_attribute("datetime").replace("Z", "+00:00"))
-    utc_text = stamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    utc_text = stamp.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     expect(first).to_have_text(utc_text)
     toggle.click()
     expect(toggle).to_have_text("Times: local")
@@ -799,7 +801,7 @@ def test_the_conversation_list_loads_more_rows_as_it_scrolls_and_keeps_filters_i
     page.keyboard.press("End")
     expect(rows).to_have_count(57)
     expect(page.locator("tr.more")).to_have_count(0)
-    shown = [a for a in page.locator("table[data-nav-list] tbody tr[data-href] td:first-child a").all_inner_texts()]
+    shown = list(page.locator("table[data-nav-list] tbody tr[data-href] td:first-child a").all_inner_texts())
     assert shown == names[::-1], "rows missing, repeated or out of order across the page boundary"
     # j moves into the rows that arrived by scrolling too.
     for _ in range(56):

@@ -245,7 +245,7 @@ def quick(monkeypatch):
 
 
 def test_delays_grow_with_failures_and_are_bounded():
-    delays = [throttle.account_delay(n) for n in range(0, 40)]
+    delays = [throttle.account_delay(n) for n in range(40)]
     assert delays[:throttle.ACCOUNT_FREE_FAILURES] == [0.0] * throttle.ACCOUNT_FREE_FAILURES
     assert delays == sorted(delays) and delays[throttle.ACCOUNT_FREE_FAILURES] > 0
     assert max(delays) == throttle.ACCOUNT_MAX_DELAY <= 5

@@ -111,7 +111,7 @@ class Hub:
         return self.post(f"/authorizations/{authorization_id}/approve", body, self.tokens[client])
 
     def code(self, client: str = CLIENT) -> dict:
-        authorization_id, verifier, body = self.pending(client)
+        authorization_id, verifier, _body = self.pending(client)
         approved = self.approve(authorization_id, client)
         assert approved.status_code == 200, approved.text
         return {"authorization_id": authorization_id, "code": query_of(approved.json()["redirect_uri"])["code"],

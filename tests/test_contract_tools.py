@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -201,7 +201,7 @@ def test_config_apply_refuses_an_operation_name_the_client_cannot_call(cli, sql,
     before = [sql(f"SELECT count(*) FROM {t}")[0][0] for t in ("bz_tool_providers", "bz_routes")]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    code, out, err = cli("config", "apply", str(path))
+    code, _out, err = cli("config", "apply", str(path))
     assert code == 1
     problems = [p["message"] for p in err["problems"] if p["path"] == "tool_providers[0].openapi"]
     assert any("paths./things/{thing_id}.patch" in m and "operationId" in m for m in problems), err
@@ -218,7 +218,7 @@ def test_a_valid_name_of_sixty_four_characters_applies(cli, sql, tmp_path):
     path.write_text(json.dumps({"tool_providers": [{"name": "things", "base_url": "http://127.0.0.1:9",
                                                     "openapi": str(tmp_path / "things.json"),
                                                     "secret_env": "THINGS_SECRET"}]}))
-    code, out, err = cli("config", "apply", str(path))
+    code, _out, err = cli("config", "apply", str(path))
     assert code == 0, err
     assert sql("SELECT count(*) FROM bz_tool_providers")[0][0] == 1
 
@@ -565,8 +565,8 @@ def receipt(agent: Agent, label: str) -> dict:
     assert body["read_only"] is True and body["business_operation_performed"] is False
     assert body["invocation_id"] == iid(label) and body["route"] == ROUTE
     assert MILLIS.fullmatch(body["observed_at"])
-    observed = datetime.strptime(body["observed_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
-    assert abs((datetime.now(timezone.utc) - observed).total_seconds()) < 60
+    observed = datetime.strptime(body["observed_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert abs((datetime.now(UTC) - observed).total_seconds()) < 60
     assert (body["result_source"] == "none") is (body["result"] is None)
     return body
 

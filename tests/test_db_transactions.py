@@ -36,7 +36,7 @@ def test_writes_sent_with_the_commit_are_committed_with_the_rest(database, sql):
 
 
 def test_a_failing_write_sent_with_the_commit_leaves_nothing(database, sql):
-    with pytest.raises(IntegrityError, match="null value"):
+    with pytest.raises(IntegrityError, match="null value"):  # noqa: PT012 - leaving the session is what raises
         with database.session() as db:
             db.execute(text("INSERT INTO t_writes VALUES (1, 'first')"))
             at_commit(db, (INSERT, {"id": 2, "note": "second"}), (INSERT, {"id": 3, "note": None}))
@@ -49,7 +49,7 @@ def test_a_failing_write_sent_with_the_commit_leaves_nothing(database, sql):
 
 
 def test_a_failing_statement_never_shows_its_bound_values(database):
-    with pytest.raises(IntegrityError) as raised:
+    with pytest.raises(IntegrityError) as raised:  # noqa: PT012 - leaving the session is what raises
         with database.session() as db:
             db.execute(text("INSERT INTO t_writes VALUES (1, 'secret-value-1')"))
             db.execute(text("INSERT INTO t_writes VALUES (:id, :note)"),
@@ -59,7 +59,7 @@ def test_a_failing_statement_never_shows_its_bound_values(database):
 
 
 def test_writes_queued_by_work_that_then_fails_are_never_sent(database, sql):
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError):  # noqa: PT012 - leaving the session is what raises
         with database.session() as db:
             at_commit(db, (INSERT, {"id": 1, "note": "queued"}))
             raise RuntimeError("the request failed after queueing its last writes")
@@ -72,7 +72,7 @@ class Refusal(Exception):
 
 
 def test_a_refusal_that_commits_anyway_keeps_its_side_effect_but_not_the_queued_writes(database, sql):
-    with pytest.raises(Refusal):
+    with pytest.raises(Refusal):  # noqa: PT012 - leaving the session is what raises
         with database.session() as db:
             db.execute(text("INSERT INTO t_writes VALUES (1, 'side effect')"))
             at_commit(db, (INSERT, {"id": 2, "note": "queued"}))
@@ -86,8 +86,8 @@ def test_orm_changes_are_flushed_before_the_writes_sent_with_the_commit(database
 
     with database.session() as db:
         db.add(ClientApp(app_id="flush-first", name="Flush first", enabled=True, allowed_routes=[]))
-        at_commit(db, ("INSERT INTO t_writes (id, note) SELECT 1, name FROM bz_client_apps "
-                       "WHERE app_id = 'flush-first'", {}))
+        at_commit(db, (("INSERT INTO t_writes (id, note) SELECT 1, name FROM bz_client_apps "
+                        "WHERE app_id = 'flush-first'"), {}))
 
     assert rows(sql) == [(1, "Flush first")]
 

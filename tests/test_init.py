@@ -96,7 +96,7 @@ def test_init_migrates_creates_the_admin_whose_generated_password_signs_in(empty
 
 
 def test_running_init_again_migrates_and_leaves_admins_alone(empty_db, run):
-    code, first, err = run("init", "--admin", "alice", "--password-stdin", input=STRONG + "\n")
+    code, _first, err = run("init", "--admin", "alice", "--password-stdin", input=STRONG + "\n")
     assert code == 0, err
     admins_before = query(empty_db, "SELECT id, username, role, password_hash, updated_at FROM bz_admins")
     code, again, err = run("init", "--admin", "bob")
@@ -222,5 +222,5 @@ def test_two_inits_at_once_make_one_admin(empty_db, tmp_path):
     outs = [json.loads(run.communicate(timeout=120)[0]) for run in runs]
     assert [run.returncode for run in runs] == [0, 0]
     assert sorted(out["admin"] is None for out in outs) == [False, True]
-    assert sorted(sum((out["applied"] for out in outs), [])) == EVERY_MIGRATION
+    assert sorted(m for out in outs for m in out["applied"]) == EVERY_MIGRATION
     assert len(query(empty_db, "SELECT username FROM bz_admins")) == 1

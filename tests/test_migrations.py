@@ -61,7 +61,7 @@ def test_upgrade_to_a_number_without_a_file_stops_below_it(empty_db, sql_dir):
 def test_a_tampered_applied_file_stops_everything(empty_db, sql_dir):
     migrations.upgrade(empty_db, sql_dir, to=900)
     (sql_dir / "900_counter.sql").write_text("CREATE TABLE bz_counter (n bigint);\n")
-    with pytest.raises(migrations.MigrationError, match="900_counter.sql was changed after it was applied"):
+    with pytest.raises(migrations.MigrationError, match=r"900_counter\.sql was changed after it was applied"):
         migrations.upgrade(empty_db, sql_dir)
     # 901 stayed pending: nothing is applied while the set is inconsistent.
     assert "901_more.sql" not in dict(rows(empty_db, "SELECT filename, 1 FROM bz_schema_migrations"))
@@ -73,7 +73,8 @@ def test_a_tampered_applied_file_stops_everything(empty_db, sql_dir):
 def test_an_applied_entry_without_its_file_stops_everything(empty_db, sql_dir):
     migrations.upgrade(empty_db, sql_dir, to=900)
     (sql_dir / "900_counter.sql").unlink()
-    with pytest.raises(migrations.MigrationError, match="900_counter.sql is recorded as applied but its file is missing"):
+    with pytest.raises(migrations.MigrationError,
+                       match=r"900_counter\.sql is recorded as applied but its file is missing"):
         migrations.upgrade(empty_db, sql_dir)
     result = run_cli_process(["db", "upgrade"], empty_db, sql_dir=sql_dir)
     assert result.returncode == 1
@@ -94,7 +95,7 @@ def test_a_failing_file_is_rolled_back_whole_and_not_recorded(empty_db, sql_dir)
 
 def test_a_badly_named_file_is_refused(empty_db, sql_dir):
     (sql_dir / "7_oops.sql").write_text("SELECT 1;")
-    with pytest.raises(migrations.MigrationError, match="7_oops.sql: migration files must be named NNN_name.sql"):
+    with pytest.raises(migrations.MigrationError, match=r"7_oops\.sql: migration files must be named NNN_name\.sql"):
         migrations.upgrade(empty_db, sql_dir)
 
 
@@ -112,7 +113,7 @@ def test_concurrent_upgrades_apply_each_file_exactly_once(empty_db, sql_dir):
     def in_thread():
         try:
             results.append(migrations.upgrade(empty_db, sql_dir))
-        except Exception as err:  # surfaced below
+        except Exception as err:  # noqa: BLE001 - surfaced below
             errors.append(err)
 
     def in_process():

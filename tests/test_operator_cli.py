@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from argon2 import PasswordHasher
@@ -57,7 +57,7 @@ def moment(value: str) -> datetime:
 
 
 def seconds_from_now(value: str) -> float:
-    return (moment(value) - datetime.now(timezone.utc)).total_seconds()
+    return (moment(value) - datetime.now(UTC)).total_seconds()
 
 
 def client_token_hash(sql, app_id: str = "crm-demo") -> str | None:

@@ -100,7 +100,7 @@ def assert_invalid(response, *paths: str) -> dict:
     body = assert_error(response, 400, "invalid_request")
     named = {p["path"] for p in body["problems"]}
     for path in paths:
-        assert any(n == path or n.startswith(path + ".") or n.startswith(path + "[") for n in named), \
+        assert any(n == path or n.startswith((path + ".", path + "[")) for n in named), \
             (path, body)
     return body
 
@@ -731,7 +731,7 @@ def test_invalid_invocation_records_are_dropped_and_counted(server, agent):
     assert found["total"] == 4
 
 
-MARKER = '{"schema":"%s",' % SUMMARY_SCHEMA
+MARKER = f'{{"schema":"{SUMMARY_SCHEMA}",'
 
 
 @pytest.mark.parametrize("content", [

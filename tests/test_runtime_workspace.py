@@ -843,7 +843,7 @@ def test_capability_search_by_run_id_of_the_same_session_and_route(server, catal
     assert body["run_id"] == run_id
     by_query = ok(search(server, token, "ops", {"query": "check inventory levels"}))
     assert body["tools"] == by_query["tools"]
-    assert set(t["name"] for t in body["tools"][:4]) == {
+    assert {t["name"] for t in body["tools"][:4]} == {
         "inventory_adjust", "inventory_get", "inventory_reserve", "inventory_search"}
     blank = ok(search(server, token, "ops", {"run_id": run_id, "query": "   "}))
     assert blank["tools"] == body["tools"]

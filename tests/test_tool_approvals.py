@@ -11,7 +11,7 @@ import json
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -410,7 +410,7 @@ def test_reading_approvals_needs_approvals_read(desk, endpoint):
 @pytest.mark.parametrize("reason", ["Limit matches the signed contract", None], ids=["with-reason", "no-reason"])
 def test_approving_with_the_reviewed_hash_records_who_when_and_why(desk, business, reason):
     out = desk.await_approval("customer_merge", MERGE)
-    before = datetime.now(timezone.utc) - timedelta(seconds=5)
+    before = datetime.now(UTC) - timedelta(seconds=5)
     body = {"args_hash": out["approval"]["args_hash"], **({"reason": reason} if reason else {})}
     response = desk.decide(out["approval"]["id"], "approve", body)
     assert response.status_code == 200, response.text
@@ -418,7 +418,7 @@ def test_approving_with_the_reviewed_hash_records_who_when_and_why(desk, busines
     assert decided["status"] == "approved"
     assert decided["decided_by"] == "approver-one"
     assert decided["decision_reason"] == reason
-    assert before <= parse_time(decided["decided_at"]) <= datetime.now(timezone.utc) + timedelta(seconds=5)
+    assert before <= parse_time(decided["decided_at"]) <= datetime.now(UTC) + timedelta(seconds=5)
     assert parse_time(decided["decided_at"]) >= parse_time(decided["created_at"])
     assert decided["consumed_at"] is None
     # The decision answers as upstream does (`ok`, `rerun`) beside the approval as it now stands.
@@ -697,7 +697,8 @@ def test_job_trace_follows_the_approval_without_values_or_bodies(desk, business)
 
 def test_job_trace_of_a_denied_call(desk):
     out = desk.await_approval("customer_merge", MERGE)
-    desk.decide(out["approval"]["id"], "deny", {"args_hash": out["approval"]["args_hash"], "reason": "Different VAT ids"})
+    desk.decide(out["approval"]["id"], "deny",
+                {"args_hash": out["approval"]["args_hash"], "reason": "Different VAT ids"})
     job = desk.trace(out["invocation_id"]).json()["job"]
     assert job["status"] == "denied" and job["reason"] == "approval_denied"
     assert job["approval"]["state"] == "denied" and job["approval"]["consumed_at"] is None

@@ -208,7 +208,7 @@ def job_id_of(sql, invocation_id: str) -> str:
 def apply(cli, tmp_path: Path, config: dict) -> None:
     path = tmp_path / f"hub-{time.monotonic_ns()}.json"
     path.write_text(json.dumps(config))
-    code, out, err = cli("config", "apply", str(path))
+    code, _out, err = cli("config", "apply", str(path))
     assert code == 0, err
 
 
@@ -894,7 +894,7 @@ def test_a_guidance_only_change_does_not_block_the_approved_call(agent, business
 def test_resume_and_receipt_after_the_session_is_revoked_are_401(agent, business, sql, approver, cli):
     pending = awaiting(agent)
     approver.approve(pending["approval"])
-    code, out, err = cli("sessions", "revoke", agent.session["session_id"])
+    code, _out, err = cli("sessions", "revoke", agent.session["session_id"])
     assert code == 0, err
     assert_error(agent.resume_raw("inv-approval"), 401, "unauthorized")
     assert_error(agent.receipt_raw("inv-approval"), 401, "unauthorized")

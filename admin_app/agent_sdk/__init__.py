@@ -13,6 +13,6 @@ from .login import login, revoke_stored
 from .models import TaskBinding
 from .session_store import DEFAULT_STORE, SessionStore
 
-__all__ = ["AgentClient", "AgentAuthError", "AgentSdkError", "ContractError", "DEFAULT_STORE", "HubError",
+__all__ = ["DEFAULT_STORE", "AgentAuthError", "AgentClient", "AgentSdkError", "ContractError", "HubError",
            "Member", "RequestRefused", "SessionStore", "TaskBinding", "Unsupported", "login", "pkce_pair",
            "revoke_stored"]

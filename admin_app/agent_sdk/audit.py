@@ -3,8 +3,8 @@ ACK and capabilities answers checked as the official SDK checks them (every audi
 `schema`, never `schema_version`)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from . import contract as c
 from .check import Reader

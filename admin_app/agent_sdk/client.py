@@ -251,7 +251,7 @@ class AgentClient:
         return audit.parse_header(data, endpoint, len(body["member_session_ids"]))
 
     def create_cross_archive(self, route: str, *, client_archive_id: str, client_conversation_id: str,
-                             others: list[tuple["AgentClient", str, str | None]], label: str | None = None
+                             others: list[tuple[AgentClient, str, str | None]], label: str | None = None
                              ) -> ArchiveHeader:
         """A v2 archive written by this connection on `route`; `others` are the other members'
         own connections, each with its route and label. Capabilities are probed first."""

@@ -10,9 +10,9 @@ import secrets
 import threading
 import time
 import webbrowser
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
 import requests

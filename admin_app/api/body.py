@@ -10,7 +10,7 @@ checked and an empty body reads as `{}`: the SDK sends actions such as resume wi
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from flask import request
 

@@ -313,8 +313,8 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
             input_schema = strip_extensions(input_schema)
             public_schema = public_input_schema(input_schema)
             if byte_size(public_schema) > PUBLIC_SCHEMA_MAX_BYTES:
-                op_problems.append((where, f"the input schema exceeds {PUBLIC_SCHEMA_MAX_BYTES} bytes "
-                                           "as agents are shown it"))
+                op_problems.append((where, (f"the input schema exceeds {PUBLIC_SCHEMA_MAX_BYTES} bytes "
+                                            "as agents are shown it")))
             approval = acc.get("approval") or {}
             rules = tuple(approval.get("when") or ())
             for rule in rules:

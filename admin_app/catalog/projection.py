@@ -93,7 +93,7 @@ class Projection:
 
 def forced_approval(direct: dict) -> set[str]:
     """force_approval_tools; or, for configurations still on the deprecated field,
-    write_tools − unattended_write_tools."""
+    write_tools - unattended_write_tools."""
     if "force_approval_tools" in direct:
         return set(direct.get("force_approval_tools") or [])
     if "unattended_write_tools" in direct:

@@ -21,7 +21,7 @@ EVENTS_LIMIT = (100, 1, 200)
 def list_archives(db: Session, limit: int, offset: int) -> dict:
     rows = list(db.execute(text(f"""
         SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives
-        ORDER BY updated_at DESC, id LIMIT :limit OFFSET :offset"""),
+        ORDER BY updated_at DESC, id LIMIT :limit OFFSET :offset"""),  # noqa: S608 - constant identifiers, bound values
         {"limit": limit + 1, "offset": offset}))
     has_more = len(rows) > limit
     return {"schema": LIST_SCHEMA, "items": [header_view(r) for r in rows[:limit]],
@@ -59,14 +59,14 @@ def event_view(row: Any) -> dict:
 
 def archive_detail(db: Session, archive_id: Any, after_sequence: int, limit: int,
                    available: Availability) -> dict:
-    header = db.execute(text(f"SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives WHERE id = :id"),
+    header = db.execute(text(f"SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives WHERE id = :id"),  # noqa: S608 - constant identifiers, bound values
                         {"id": archive_id}).first()
     if header is None:
         raise not_found()
     bindings = ", client_app_id, client_name, route_key" if available.cross_binding else ""
     members = db.execute(text(f"""
         SELECT session_id, label, confirmed_at, principal, on_behalf_of{bindings}
-        FROM bz_agent_conversation_members WHERE archive_id = :id ORDER BY position"""),
+        FROM bz_agent_conversation_members WHERE archive_id = :id ORDER BY position"""),  # noqa: S608 - constant identifiers, bound values
         {"id": archive_id})
     page, has_more = event_page(db, archive_id, after_sequence, limit, header.last_sequence)
     return {
@@ -101,7 +101,8 @@ def _like(value: str) -> str:
     return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def search_archives(db: Session, filters: dict[str, str], cursor: tuple | None, limit: int) -> tuple[list, tuple | None]:
+def search_archives(db: Session, filters: dict[str, str], cursor: tuple | None,
+                    limit: int) -> tuple[list, tuple | None]:
     """Archives newest-updated first, filtered; keyset paging on (updated_at, id) so the hundredth
     page costs what the first does. Returns (rows, next cursor)."""
     where = ["TRUE"]
@@ -142,7 +143,7 @@ def search_archives(db: Session, filters: dict[str, str], cursor: tuple | None, 
     rows = list(db.execute(text(f"""
         SELECT {columns} FROM bz_agent_conversation_archives a
         WHERE {' AND '.join(where)}
-        ORDER BY a.updated_at DESC, a.id DESC LIMIT :limit"""), params))
+        ORDER BY a.updated_at DESC, a.id DESC LIMIT :limit"""), params))  # noqa: S608 - constant identifiers, bound values
     next_cursor = (rows[limit - 1].updated_at, rows[limit - 1].id) if len(rows) > limit else None
     return rows[:limit], next_cursor
 

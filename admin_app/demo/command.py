@@ -140,7 +140,8 @@ def _prepare_hub(hub, state: DemoState, reset: bool, tokens: dict[str, str], bus
 def seed(hub_url: str, state: DemoState, business_url: str, admin_token: str, show_progress: bool = True,
          progress: gate.Progress | None = None) -> dict:
     def fault(operation: str) -> None:
-        requests.post(f"{business_url}/_demo/faults", timeout=10, json={"operation": operation, "mode": "drop_response"},
+        requests.post(f"{business_url}/_demo/faults", timeout=10,
+                      json={"operation": operation, "mode": "drop_response"},
                       headers={"X-Demo-Control": state.data["control"]}).raise_for_status()
 
     total = LONG_ARCHIVE_EVENTS + 30
@@ -204,7 +205,7 @@ def start(app, host: str, port: int, reset: bool, business_port: int = 0, echo=_
     progress = gate.install(app)
     progress.start()
     server = _serve(app, host, port, "--port")
-    local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    local = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104 - a comparison, not a bind
     hub_url = f"http://{f'[{local}]' if ':' in local else local}:{server.server_port}"
     echo(f"The console will open at {hub_url}/console/ when the demo is ready; until then it shows the progress.")
     try:

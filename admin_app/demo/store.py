@@ -178,7 +178,8 @@ class DemoStore:
         for row in rows[:50]:
             order_id = f"ORD-{len(self.orders) + 1:06d}"
             self.orders[order_id] = {"id": order_id, "customer_id": row[0], "status": "open",
-                                     "lines": [{"sku": row[1], "quantity": int(row[2]) if row[2:3] and row[2].isdigit() else 1,
+                                     "lines": [{"sku": row[1],
+                                                "quantity": int(row[2]) if row[2:3] and row[2].isdigit() else 1,
                                                 "unit_price": 0}], "currency": row[4] if len(row) > 4 else "EUR"}
             created.append(order_id)
         return 201, {"rows": len(rows), "created": created}

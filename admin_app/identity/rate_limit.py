@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Hashable
+from collections.abc import Hashable
 
 
 SWEEP_ABOVE_KEYS = 1024  # idle keys are dropped once this many are held

@@ -180,7 +180,7 @@ class Dispatcher:
         """True when no live process holds the lock (taken for the rest of `db`'s transaction)."""
         return bool(db.scalar(text(f"SELECT pg_try_advisory_xact_lock({cls.LOCK})"), {"key": str(job_id)}))
 
-    def __enter__(self) -> "Dispatcher":
+    def __enter__(self) -> Dispatcher:
         self.conn = self.database.engine.connect()
         return self
 
@@ -283,7 +283,7 @@ def guarded(action):
             log.exception("tool invocation storage failed")
             raise ApiError(503, "invocation_storage_unavailable",
                            "The invocation state could not be saved; nothing was sent.") from None
-        except Exception:  # noqa: BLE001 - answered with a fixed code; logged above
+        except Exception:  # answered with a fixed code; logged above
             log.exception("tool invocation failed")
             raise ApiError(500, "agent_tool_internal_error", "Internal error.") from None
     return run

@@ -137,8 +137,8 @@ def job_events(db: Session, inv: Invocation, approvals: list[Approval]) -> list[
     if inv.business_status is not None:
         state["business_status"] = inv.business_status
     events.append(trace_event(inv.updated_at, "agent_tool_invocation_state", "tool", _state_severity(inv),
-                              "Tool invocation state", _summary(inv.tool, inv.status,
-                                                                inv.business_status and f"business={inv.business_status}"),
+                              "Tool invocation state",
+                              _summary(inv.tool, inv.status, inv.business_status and f"business={inv.business_status}"),
                               state, TRACE_SOURCE_HUB, job_id))
     return sorted(events, key=lambda e: e["ts"])  # stable: same-time events keep their order
 

@@ -3,7 +3,7 @@ served at `<prefix>/openapi.json`. tests/test_openapi.py keeps them true to the 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from flask import Blueprint, Response
@@ -23,7 +23,7 @@ REFUSAL_ONLY_ENDPOINTS = frozenset({"agent_audit.no_reads", "admin_api.conversat
 bp = Blueprint("openapi", __name__)
 
 
-@lru_cache(maxsize=None)
+@cache
 def document_bytes(prefix: str) -> bytes:
     raw = resources.files(__package__).joinpath(DOCUMENTS[prefix]).read_bytes()
     json.loads(raw)  # a broken document fails loudly at first use, never served half-valid
