@@ -241,6 +241,11 @@ def cli_of(app):
 @pytest.fixture
 def cli(app):
     """Run a bailing-admin command in-process; returns (exit_code, stdout_json_or_text, stderr)."""
+    return cli_runner(app)
+
+
+def cli_runner(app):
+    """bailing-admin in-process against `app`: (exit code, stdout JSON or text, stderr JSON or text)."""
     runner = app.test_cli_runner()
 
     def run(*args: str, input: str | None = None):

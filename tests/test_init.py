@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from admin_app import create_app
-from tests.conftest import EXAMPLES, SQL_DIR, run_cli_process, serve
+from tests.conftest import EXAMPLES, SQL_DIR, cli_runner, run_cli_process, serve
 from tests.test_console_server import Browser
 
 EVERY_MIGRATION = sorted(p.name for p in SQL_DIR.glob("*.sql"))
@@ -49,20 +49,8 @@ def fresh_app(empty_db, tmp_path):
 
 @pytest.fixture
 def run(fresh_app):
-    """bailing-admin in-process against the fresh database: (exit code, stdout JSON, stderr JSON)."""
-    from admin_app.cli import main
-
-    runner = fresh_app.test_cli_runner()
-
-    def invoke(*args: str, input: str | None = None):
-        result = runner.invoke(main, list(args), input=input)
-        if result.exception and not isinstance(result.exception, SystemExit):
-            raise result.exception
-        out = json.loads(result.stdout) if result.stdout.strip() else None
-        err = json.loads(result.stderr) if result.stderr.strip() else None
-        return result.exit_code, out, err
-
-    return invoke
+    """bailing-admin in-process against the fresh database: (exit code, stdout, stderr), JSON parsed."""
+    return cli_runner(fresh_app)
 
 
 def signs_in(app, username: str, password: str) -> bool:
@@ -143,7 +131,7 @@ def test_init_applies_a_configuration_file(empty_db, run):
 def test_a_refused_password_changes_nothing_not_even_the_schema(empty_db, run, password):
     before = fingerprint(empty_db)
     code, out, err = run("init", "--admin", "alice", "--password-stdin", input=password + "\n")
-    assert code == 1 and out is None
+    assert code == 1 and out == ""
     assert err["error"] == "invalid_request" and "password must be" in err["message"]
     assert fingerprint(empty_db) == before
 
@@ -151,7 +139,7 @@ def test_a_refused_password_changes_nothing_not_even_the_schema(empty_db, run, p
 def test_a_bad_admin_name_changes_nothing(empty_db, run):
     before = fingerprint(empty_db)
     code, out, err = run("init", "--admin", "Alice Smith", "--password-stdin", input=STRONG + "\n")
-    assert code == 1 and out is None and err["error"] == "invalid_request"
+    assert code == 1 and out == "" and err["error"] == "invalid_request"
     assert fingerprint(empty_db) == before
 
 
@@ -164,7 +152,7 @@ def test_an_invalid_configuration_is_reported_by_path_and_changes_nothing(empty_
     bad.write_text(json.dumps(doc))
     before = fingerprint(empty_db)
     code, out, err = run("init", "--admin", "alice", "--config", str(bad))
-    assert code == 1 and out is None
+    assert code == 1 and out == ""
     assert err["error"] == "invalid_request"
     assert {p["path"] for p in err["problems"]} == {"routes[0].name", "client_apps[0].allowed_routes[0]"}
     assert fingerprint(empty_db) == before  # no migration, no admin, no record
@@ -175,7 +163,7 @@ def test_an_unreadable_configuration_changes_nothing(empty_db, run, tmp_path):
     broken.write_text('{"routes": [')
     before = fingerprint(empty_db)
     code, out, err = run("init", "--admin", "alice", "--config", str(broken))
-    assert code == 1 and out is None and err["error"] == "invalid_request"
+    assert code == 1 and out == "" and err["error"] == "invalid_request"
     assert fingerprint(empty_db) == before
 
 
@@ -188,7 +176,7 @@ def test_a_name_held_by_another_user_when_there_is_no_admin_is_refused_and_chang
     assert code == 0, err
     before = fingerprint(empty_db)
     code, out, err = run("init", "--admin", "alice")
-    assert code == 1 and out is None
+    assert code == 1 and out == ""
     assert err["error"] == "admin_exists" and "set-role alice admin" in err["message"]
     assert fingerprint(empty_db) == before  # nothing after 060 applied either
     # Another name goes through: the auditor stays as it was.
@@ -208,7 +196,7 @@ def test_an_edited_applied_migration_stops_init_before_anything(empty_db, run, t
                      "WHERE filename = '001_core_records.sql'")
     before = fingerprint(empty_db)
     code, out, err = run("init", "--admin", "alice")
-    assert code == 1 and out is None
+    assert code == 1 and out == ""
     assert err["error"] == "migration_error" and "001_core_records.sql" in err["message"]
     assert fingerprint(empty_db) == before
 
