@@ -10,6 +10,8 @@ import logging
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from .error_codes import CODES
+
 log = logging.getLogger(__name__)
 
 AGENT_API_PREFIX = "/agent-api"
@@ -23,9 +25,15 @@ INTERNAL_ERROR_CODES = (
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, **extra):
+    """An answer in the envelope. The status comes from the code's entry in error_codes.CODES
+    (an unknown code is a KeyError at the raise, caught by the tests); the message defaults to the
+    registry's."""
+
+    def __init__(self, code: str, message: str | None = None, **extra):
+        entry = CODES[code]
+        message = entry.message if message is None else message
         super().__init__(message)
-        self.status = status
+        self.status = entry.status
         self.code = code
         self.message = message
         self.extra = extra
@@ -41,13 +49,13 @@ def invalid_request(err) -> ApiError:
     its field path."""
     problems = err.problems
     message = "; ".join(f"{p}: {m}" if p else m for p, m in problems)
-    return ApiError(400, "invalid_request", message,
+    return ApiError("invalid_request", message,
                     problems=[{"path": p, "message": m} for p, m in problems])
 
 
 def unauthorized() -> ApiError:
     """The single refusal for any failed bearer: unknown, expired, revoked, malformed."""
-    err = ApiError(401, "unauthorized", "A valid bearer token is required.")
+    err = ApiError("unauthorized", "A valid bearer token is required.")
     err.headers["WWW-Authenticate"] = 'Bearer realm="bailing"'
     return err
 
@@ -90,7 +98,8 @@ def register_error_handlers(app: Flask) -> None:
             if not agent_bearer_is_valid():
                 return error_response(unauthorized())
         code = _HTTP_CODES.get(err.code or 500, "http_error")
-        api_err = ApiError(err.code or 500, code, err.name)
+        api_err = ApiError(code, err.name)
+        api_err.status = err.code or 500  # "http_error" carries the status Werkzeug chose
         if err.code == 405 and err.valid_methods:
             api_err.headers["Allow"] = ", ".join(err.valid_methods)
         return error_response(api_err)
@@ -102,5 +111,5 @@ def register_error_handlers(app: Flask) -> None:
         if is_api_path(request.path):
             code = next((c for prefix, c in INTERNAL_ERROR_CODES if request.path.startswith(prefix)),
                         "internal_error")
-            return error_response(ApiError(500, code, "Internal server error."))
+            return error_response(ApiError(code))
         return "Internal server error.", 500

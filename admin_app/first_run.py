@@ -53,7 +53,7 @@ def _check_name_is_free(db: Session, username: str) -> None:
     """Only asked when the hub has no admin yet: the name must not belong to another user."""
     role = db.scalar(select(Admin.role).where(Admin.username == username))
     if role is not None:
-        raise ApiError(409, "admin_exists",
+        raise ApiError("admin_exists",
                        f"A user named {username} already exists (role {role}) and the hub has no admin: "
                        f"choose another name, or `bailing-admin admins set-role {username} admin`.")
 
@@ -110,7 +110,7 @@ def initialize(hub, username: str, password: str | None, config_file: Path | Non
     """Migrate, create the first admin, apply the configuration; see the module's docstring.
     `password` None means: generate one and return it (it is shown once, never stored readable)."""
     if not USERNAME.match(username):
-        raise ApiError(400, "invalid_request", "--admin must match ^[a-z0-9][a-z0-9._-]{1,63}$")
+        raise ApiError("invalid_request", "--admin must match ^[a-z0-9][a-z0-9._-]{1,63}$")
     generated = password is None
     if generated:
         password = generate_password()

@@ -49,7 +49,7 @@ def audit_reader(view):
             return guarded(*args, **kwargs)
         except ApiError as err:
             if err.status == 401 and agent_bearer_is_valid():
-                raise ApiError(403, "forbidden", "This requires the runs:read permission.") from None
+                raise ApiError("forbidden", "This requires the runs:read permission.") from None
             raise
 
     return wrapper
@@ -92,7 +92,7 @@ def agent_run(run_id: str):
     try:
         rid = uuid.UUID(run_id)
     except ValueError:
-        raise ApiError(404, "run_not_found", "No such run.") from None
+        raise ApiError("run_not_found", "No such run.") from None
     trace = run_trace(g.db, rid, probe(g.db))
     recorded("run_trace_view", rid)
     return jsonify(trace)
@@ -129,7 +129,7 @@ def tool_approvals():
     status = params.get("status", "pending")
     if status not in approvals.STATUS_FILTERS:
         allowed = ", ".join(approvals.STATUS_FILTERS)
-        raise ApiError(400, "invalid_request", f"status must be one of {allowed}.",
+        raise ApiError("invalid_request", f"status must be one of {allowed}.",
                        problems=[{"path": "status", "message": f"must be one of {allowed}"}])
     limit = int_param(params, "limit", 50, 1, 100)
     offset = int_param(params, "offset", 0, 0, 10**9)
@@ -160,7 +160,7 @@ def tool_approval_snapshot(approval_id: str):
 @admin_permission_required("approvals:decide")
 def decide_tool_approval(approval_id: str, decision: str):
     if decision not in ("approve", "deny"):
-        raise ApiError(404, "not_found", "Not found.")
+        raise ApiError("not_found", "Not found.")
     body = read_json_object(64 * 1024)
     outcome = "approved" if decision == "approve" else "denied"
     return jsonify(approvals.decide(g.db, g.admin, approval_id, outcome, body))

@@ -18,7 +18,7 @@ BODY_MAX = events.ENVELOPE_MAX_BYTES
 
 
 def _too_large(max_bytes: int, observed: int) -> ApiError:
-    return ApiError(413, "conversation_audit_limit", f"The request body exceeds {max_bytes} bytes.",
+    return ApiError("conversation_audit_limit", f"The request body exceeds {max_bytes} bytes.",
                     max_bytes=max_bytes, observed_bytes=observed)
 
 

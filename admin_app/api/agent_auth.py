@@ -78,7 +78,7 @@ def create_authorization():
     body = read_json_object(AUTH_BODY_MAX)
     agent_auth.check_create(body)
     if not _create_limit().allow((body["client_app_id"], request.remote_addr)):
-        err = ApiError(429, "rate_limited", "Too many authorization requests; try again in a minute.")
+        err = ApiError("rate_limited", "Too many authorization requests; try again in a minute.")
         err.headers["Retry-After"] = str(CREATE_WINDOW_SECONDS)
         raise err
     with database().session() as db:

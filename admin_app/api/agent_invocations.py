@@ -41,7 +41,7 @@ def invoke():
 
 def _no_query_string() -> None:
     if request.query_string:
-        raise ApiError(400, "invalid_request", "This endpoint takes no query string.")
+        raise ApiError("invalid_request", "This endpoint takes no query string.")
 
 
 @bp.post("/<invocation_id>/resume")

@@ -31,7 +31,7 @@ def _path_route(route_key: str) -> str:
     """A path segment that cannot be a route key names no endpoint at all (`auto` can, and is
     refused by the gate)."""
     if RESOURCE_KEY.fullmatch(route_key) is None:
-        raise ApiError(404, "not_found", "No such endpoint.")
+        raise ApiError("not_found", "No such endpoint.")
     return route_key
 
 
@@ -118,7 +118,7 @@ def _default_results(settings: dict) -> int:
 
 def _enabled(settings: dict) -> None:
     if not settings["enabled"]:
-        raise ApiError(404, "knowledge_unavailable", "This workspace has no knowledge enabled.")
+        raise ApiError("knowledge_unavailable", "This workspace has no knowledge enabled.")
 
 
 @bp.post("/workspaces/<route_key>/knowledge/search")

@@ -42,15 +42,15 @@ def list_tools():
 def tool_detail(name: str):
     params = query_params(required=("route", "capability_revision"))
     if not REVISION.fullmatch(params["capability_revision"]):
-        raise ApiError(400, "invalid_request", "capability_revision must be a lowercase SHA-256 hex digest.",
+        raise ApiError("invalid_request", "capability_revision must be a lowercase SHA-256 hex digest.",
                        problems=[{"path": "capability_revision", "message": "must be 64 hex digits"}])
     route = resolve_route(g.db, g.agent_session, params["route"], "tools")
     projection = project(g.db, route, g.agent_session)
     visible = projection.tools.get(name)
     if visible is None:
-        raise ApiError(404, "tool_not_found", "No such tool in this workspace.")
+        raise ApiError("tool_not_found", "No such tool in this workspace.")
     if params["capability_revision"] != projection.revision:
-        raise ApiError(409, "capability_changed", "The capability revision is stale; rediscover tools.",
+        raise ApiError("capability_changed", "The capability revision is stale; rediscover tools.",
                        capability_revision=projection.revision)
     return jsonify({
         # Tool replies name their schema `schema_version`; `schema` is kept for earlier readers.

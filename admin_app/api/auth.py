@@ -53,7 +53,7 @@ def admin_permission_required(permission: str | None):
                 if admin is None:
                     raise unauthorized()
                 if permission is not None and permission not in permissions_of(admin.role):
-                    raise ApiError(403, "forbidden", f"This requires the {permission} permission.")
+                    raise ApiError("forbidden", f"This requires the {permission} permission.")
                 g.db, g.admin = db, admin
                 return view(*args, **kwargs)
 

@@ -23,7 +23,7 @@ TooLarge = Callable[[int, int], ApiError]
 
 
 def default_too_large(max_bytes: int, observed: int) -> ApiError:
-    return ApiError(413, "request_too_large", f"The request body exceeds {max_bytes} bytes.",
+    return ApiError("request_too_large", f"The request body exceeds {max_bytes} bytes.",
                     max_bytes=max_bytes, observed_bytes=observed)
 
 
@@ -53,9 +53,9 @@ def read_json_object(max_bytes: int, too_large: TooLarge = default_too_large) ->
     try:
         value = strict_json_loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ApiError(400, "invalid_request", "The body is not valid JSON.") from None
+        raise ApiError("invalid_request", "The body is not valid JSON.") from None
     if not isinstance(value, dict):
-        raise ApiError(400, "invalid_request", "The body must be a JSON object.")
+        raise ApiError("invalid_request", "The body must be a JSON object.")
     return value
 
 

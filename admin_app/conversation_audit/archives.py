@@ -35,15 +35,15 @@ HEADER_COLUMNS = """id, client_archive_id, client_conversation_id, client_app_id
 
 
 def not_found() -> ApiError:
-    return ApiError(404, "conversation_audit_not_found", "No such conversation audit.")
+    return ApiError("conversation_audit_not_found", "No such conversation audit.")
 
 
 def conflict(message: str) -> ApiError:
-    return ApiError(409, "conversation_audit_conflict", message)
+    return ApiError("conversation_audit_conflict", message)
 
 
 def limit_error(message: str, **extra) -> ApiError:
-    return ApiError(413, "conversation_audit_limit", message, **extra)
+    return ApiError("conversation_audit_limit", message, **extra)
 
 
 def header_view(row: Any) -> dict:
@@ -194,7 +194,7 @@ def create(db: Session, creator: AgentSession, body: dict, available: Availabili
         if body["schema"] != CREATE_V2:
             raise invalid_request(Checker.single("schema", f"must be '{CREATE_V2}' (or absent for v1)"))
         if not available.cross_binding:
-            raise ApiError(503, "conversation_audit_cross_binding_unavailable",
+            raise ApiError("conversation_audit_cross_binding_unavailable",
                            "Cross-system member bindings are not available on this hub.")
         bindings, labels, route_key, normalised = parse_v2(body, creator)
     else:
@@ -282,7 +282,7 @@ def parse_archive_id(value: str) -> uuid.UUID:
 
 
 def unknown_endpoint() -> ApiError:
-    return ApiError(404, "not_found", "Not found.")
+    return ApiError("not_found", "Not found.")
 
 
 def _members_sql(available: Availability) -> str:

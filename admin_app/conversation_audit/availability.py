@@ -48,6 +48,6 @@ def probe(db: Session) -> Availability:
 def require_archives(db: Session) -> Availability:
     found = probe(db)
     if not found.archives:
-        raise ApiError(503, "conversation_audit_unavailable",
+        raise ApiError("conversation_audit_unavailable",
                        "Conversation audit is not available on this hub.")
     return found

@@ -182,7 +182,7 @@ def append(db: Session, session: AgentSession, archive_ref: str, body: dict,
     if refusal is not None:
         raise refusal
     if header.state != "ready":
-        raise ApiError(409, "conversation_audit_not_ready", "Some members have not confirmed yet.")
+        raise ApiError("conversation_audit_not_ready", "Some members have not confirmed yet.")
     check_locked(group_bindings(header, members), locked)
 
     first_seq = events[0]["sequence"]

@@ -30,7 +30,7 @@ class Binding:
 
 
 def authorization_invalid(message: str = "A member's authorization or route is no longer valid.") -> ApiError:
-    return ApiError(403, "conversation_audit_authorization_invalid", message)
+    return ApiError("conversation_audit_authorization_invalid", message)
 
 
 # Share locks in a fixed order (sessions, client apps, routes; each by key), sent together.

@@ -73,7 +73,7 @@ def operator() -> Actor:
 
 def check_password(password: str) -> None:
     if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
-        raise ApiError(400, "invalid_request",
+        raise ApiError("invalid_request",
                        f"password must be {MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters")
 
 
@@ -96,7 +96,7 @@ def verify_password(admin: Admin | str, password: str) -> bool:
 def _find(db: Session, username: str) -> Admin:
     admin = db.scalar(select(Admin).where(Admin.username == username).with_for_update())
     if admin is None:
-        raise ApiError(404, "admin_not_found", "No admin by that name.")
+        raise ApiError("admin_not_found", "No admin by that name.")
     return admin
 
 
@@ -109,11 +109,11 @@ def record(db: Session, actor: Actor, action: str, target: Admin, **detail) -> N
 
 def create_admin(db: Session, username: str, role: str, password: str, actor: Actor | None = None) -> dict:
     if not USERNAME.match(username):
-        raise ApiError(400, "invalid_request", "username must match ^[a-z0-9][a-z0-9._-]{1,63}$")
+        raise ApiError("invalid_request", "username must match ^[a-z0-9][a-z0-9._-]{1,63}$")
     _check_role(role)
     check_password(password)
     if db.scalar(select(Admin.id).where(Admin.username == username)) is not None:
-        raise ApiError(409, "admin_exists", f"An admin named {username} already exists.")
+        raise ApiError("admin_exists", f"An admin named {username} already exists.")
     admin = Admin(username=username, role=role, password_hash=hash_password(password), disabled=False)
     db.add(admin)
     db.flush()
@@ -123,13 +123,13 @@ def create_admin(db: Session, username: str, role: str, password: str, actor: Ac
 
 def _check_role(role: str) -> None:
     if role not in ROLES:
-        raise ApiError(400, "invalid_request", "role must be one of: " + ", ".join(ROLES))
+        raise ApiError("invalid_request", "role must be one of: " + ", ".join(ROLES))
 
 
 def _not_yourself(actor: Actor, admin: Admin, what: str) -> None:
     """A console admin cannot lock themselves out; the command line is the way back in."""
     if actor.admin_id == admin.id:
-        raise ApiError(409, "own_account", f"You cannot {what} your own account.")
+        raise ApiError("own_account", f"You cannot {what} your own account.")
 
 
 def _touch(db: Session, admin: Admin) -> None:
@@ -191,7 +191,7 @@ def change_own_password(db: Session, admin_id: int, current: str, new: str, keep
     with hashing_slot():
         right = verify_password(admin, current)
     if not right:
-        raise ApiError(403, "wrong_password", "The current password is not right.")
+        raise ApiError("wrong_password", "The current password is not right.")
     admin.password_hash = hash_password(new)
     _touch(db, admin)
     ended = console_sessions.end_all_of(db, admin.id, "password_changed", keep_hash=keep_hash)
@@ -217,12 +217,12 @@ def recent_events(db: Session, limit: int = 100) -> list[dict]:
 
 def issue_admin_token(db: Session, username: str, days: int = TOKEN_DAYS, actor: Actor | None = None) -> dict:
     if not 1 <= days <= MAX_TOKEN_DAYS:
-        raise ApiError(400, "invalid_request", f"days must be 1 to {MAX_TOKEN_DAYS}")
+        raise ApiError("invalid_request", f"days must be 1 to {MAX_TOKEN_DAYS}")
     admin = db.scalar(select(Admin).where(Admin.username == username))
     if admin is None:
-        raise ApiError(404, "admin_not_found", f"No admin named {username}.")
+        raise ApiError("admin_not_found", f"No admin named {username}.")
     if admin.disabled:
-        raise ApiError(409, "admin_disabled", f"{username} is disabled.")
+        raise ApiError("admin_disabled", f"{username} is disabled.")
     token, digest = tokens.new_token(tokens.ADMIN)
     now = utc_now()
     expires = now + timedelta(days=days)
@@ -237,7 +237,7 @@ def issue_admin_token(db: Session, username: str, days: int = TOKEN_DAYS, actor:
 def list_tokens(db: Session, username: str) -> list[dict]:
     admin = db.scalar(select(Admin).where(Admin.username == username))
     if admin is None:
-        raise ApiError(404, "admin_not_found", f"No admin named {username}.")
+        raise ApiError("admin_not_found", f"No admin named {username}.")
     rows = db.execute(text("SELECT id, created_at, expires_at, last_used_at, revoked_at, "
                            "(revoked_at IS NULL AND expires_at > now()) AS live "
                            "FROM bz_admin_tokens WHERE admin_id = :a ORDER BY created_at DESC, id DESC"),
@@ -255,7 +255,7 @@ def revoke_tokens(db: Session, actor: Actor, username: str, token_id: int | None
     if token_id is not None:
         if db.scalar(text("SELECT 1 FROM bz_admin_tokens WHERE admin_id = :a AND id = :t"),
                      {"a": admin.id, "t": token_id}) is None:
-            raise ApiError(404, "token_not_found", "That admin holds no token with this id.")
+            raise ApiError("token_not_found", "That admin holds no token with this id.")
         query += " AND id = :t"
         params["t"] = token_id
     revoked = [r.id for r in db.execute(text(query + " RETURNING id"), params)]

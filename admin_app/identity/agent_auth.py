@@ -44,13 +44,13 @@ EXCHANGED, EXCHANGED_ON_THE_WIRE = "completed", "consumed"
 
 def invalid_grant(message: str = "The code or refresh token is invalid, expired, replayed or mismatched.",
                   *, keep_changes: bool = False) -> ApiError:
-    err = ApiError(400, "invalid_grant", message)
+    err = ApiError("invalid_grant", message)
     err.commit_anyway = keep_changes  # a fail-closed revocation must survive the refusal
     return err
 
 
 def not_found() -> ApiError:
-    return ApiError(404, "not_found", "No such authorization.")
+    return ApiError("not_found", "No such authorization.")
 
 
 def loopback_callback(value: str) -> bool:
@@ -95,7 +95,7 @@ def _non_blank(checker: Checker, value, path: str, max_len: int) -> None:
 def _client(db: Session, app_id: str) -> ClientApp:
     client = db.scalar(select(ClientApp).where(ClientApp.app_id == app_id))
     if client is None or not client.enabled or not client.agent_authorize_url:
-        raise ApiError(400, "invalid_client", "The client is unknown, disabled or has no authorization page.")
+        raise ApiError("invalid_client", "The client is unknown, disabled or has no authorization page.")
     return client
 
 
@@ -127,9 +127,9 @@ def create_authorization(db: Session, body: dict) -> dict:
     client = _client(db, body["client_app_id"])
     outside = [r for r in body["requested_routes"] if r not in client.allowed_routes]
     if outside:
-        raise ApiError(400, "invalid_client", "Routes this client may not grant: " + ", ".join(outside))
+        raise ApiError("invalid_client", "Routes this client may not grant: " + ", ".join(outside))
     if not page_url_valid(client.agent_authorize_url):
-        raise ApiError(503, "agent_authorize_url_invalid",
+        raise ApiError("agent_authorize_url_invalid",
                        "The client's authorization page is not a valid HTTPS or loopback URL.")
     row = AgentAuthorization(
         id=uuid.uuid4(), client_app_id=client.app_id, redirect_uri=body["redirect_uri"],
@@ -198,9 +198,9 @@ def _pending(row: AgentAuthorization) -> None:
     """Repeated, expired and completed requests are terminal."""
     status = _status(row)
     if status == "expired":
-        raise ApiError(410, "expired", "This authorization request has expired.")
+        raise ApiError("expired", "This authorization request has expired.")
     if status != "pending":
-        raise ApiError(409, "invalid_state", f"This authorization was already {status}.")
+        raise ApiError("invalid_state", f"This authorization was already {status}.")
 
 
 def _redirect(row: AgentAuthorization, **params) -> str:
@@ -240,7 +240,7 @@ def approve(db: Session, client: ClientApp, authorization_id: str, body: dict) -
     beyond = [r for r in body["allowed_routes"]
               if r not in row.requested_routes or r not in client.allowed_routes]
     if beyond:
-        raise ApiError(403, "route_not_allowed", "Approved routes exceed the request or the client "
+        raise ApiError("route_not_allowed", "Approved routes exceed the request or the client "
                                                  "allowlist: " + ", ".join(beyond))
     code, code_hash = tokens.new_token(tokens.CODE)
     row.status, row.decided_at = "approved", utc_now()
@@ -288,7 +288,7 @@ def check_exchange(body: dict) -> str:
     if not isinstance(grant, str):
         raise invalid_request(Checker.single("grant_type", "must be a string"))
     if grant not in GRANT_FIELDS:
-        raise ApiError(400, "unsupported_grant_type", "grant_type must be authorization_code or refresh_token.")
+        raise ApiError("unsupported_grant_type", "grant_type must be authorization_code or refresh_token.")
     checker = Checker()
     checker.obj(body, "", required=GRANT_FIELDS[grant])
     for key in GRANT_FIELDS[grant][2:]:
@@ -391,8 +391,8 @@ def revoke_for_client(db: Session, client: ClientApp, session_id: str) -> dict:
     try:
         ident = uuid.UUID(session_id)
     except ValueError:
-        raise ApiError(404, "not_found", "No such agent session.") from None
+        raise ApiError("not_found", "No such agent session.") from None
     session = db.get(AgentSession, ident, with_for_update=True)
     if session is None or session.client_app_id != client.app_id:
-        raise ApiError(404, "not_found", "No such agent session.")
+        raise ApiError("not_found", "No such agent session.")
     return {"revoked": True, **revoke_row(session)}

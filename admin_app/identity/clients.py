@@ -14,7 +14,7 @@ def rotate_client_token(db: Session, app_id: str) -> dict:
     """Issue a new Client Token; the previous one stops working at once."""
     client = db.scalar(select(ClientApp).where(ClientApp.app_id == app_id).with_for_update())
     if client is None:
-        raise ApiError(404, "client_not_found", f"No client app {app_id}.")
+        raise ApiError("client_not_found", f"No client app {app_id}.")
     token, digest = tokens.new_token(tokens.CLIENT)
     rotated = client.client_token_hash is not None
     client.client_token_hash = digest

@@ -90,10 +90,10 @@ def issue_session(
 
     client = db.scalar(select(ClientApp).where(ClientApp.app_id == client_app_id))
     if client is None or not client.enabled:
-        raise ApiError(400, "invalid_client", "The client app is unknown or disabled.")
+        raise ApiError("invalid_client", "The client app is unknown or disabled.")
     outside = [r for r in routes if r not in client.allowed_routes]
     if outside:
-        raise ApiError(403, "route_not_allowed",
+        raise ApiError("route_not_allowed",
                        "Routes outside the client's allowlist: " + ", ".join(outside))
 
     now = utc_now()
@@ -161,10 +161,10 @@ def revoke_session(db: Session, session_id: str) -> dict:
     try:
         sid = uuid.UUID(session_id)
     except ValueError:
-        raise ApiError(400, "invalid_request", "session_id must be a UUID.") from None
+        raise ApiError("invalid_request", "session_id must be a UUID.") from None
     row = db.get(AgentSession, sid, with_for_update=True)
     if row is None:
-        raise ApiError(404, "session_not_found", "No such agent session.")
+        raise ApiError("session_not_found", "No such agent session.")
     return revoke_row(row)
 
 

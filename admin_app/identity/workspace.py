@@ -85,18 +85,18 @@ def refusal(route: Route | None, session: AgentSession, client: ClientApp | None
             surface: Surface) -> ApiError | None:
     """The gate's answer for this route, or None when the session may use it."""
     if not well_formed(route_key):
-        return ApiError(400, "invalid_route", "The route key is not a valid route.")
+        return ApiError("invalid_route", "The route key is not a valid route.")
     if client is None or not _listed(client.allowed_routes, route_key) \
             or not _listed(session.allowed_routes, route_key):
-        return ApiError(403, "route_not_allowed", "This session is not allowed to use this route.")
+        return ApiError("route_not_allowed", "This session is not allowed to use this route.")
     if route is None or not route.enabled:
-        return ApiError(404, "route_unavailable", "The route is unavailable.")
+        return ApiError("route_unavailable", "The route is unavailable.")
     if surface == "tools" and not agent_direct_enabled(route):
-        return ApiError(403, "agent_direct_disabled", "Business tools are not enabled on this route.")
+        return ApiError("agent_direct_disabled", "Business tools are not enabled on this route.")
     if not audience_allows(route.audience or {}, session.principal):
-        return ApiError(403, "audience_not_allowed", "This route's audience does not include this session.")
+        return ApiError("audience_not_allowed", "This route's audience does not include this session.")
     if surface == "runtime" and not agent_client_enabled(route):
-        return ApiError(403, "agent_client_disabled",
+        return ApiError("agent_client_disabled",
                         "The Agent Client Runtime is not enabled on this route.")
     return None
 

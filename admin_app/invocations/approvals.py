@@ -27,7 +27,7 @@ NUMBER_MAX = 2**63 - 1
 
 
 def _not_found() -> ApiError:
-    return ApiError(404, "approval_not_found", "No such approval.")
+    return ApiError("approval_not_found", "No such approval.")
 
 
 def _reference(value: str):
@@ -157,8 +157,8 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
         if current is None:
             raise _not_found()
         if current.status != "pending":
-            raise ApiError(409, "approval_not_pending", f"This approval was already {current.status}.")
-        raise ApiError(409, "approval_snapshot_changed",
+            raise ApiError("approval_not_pending", f"This approval was already {current.status}.")
+        raise ApiError("approval_snapshot_changed",
                        "The snapshot hash differs from the one you reviewed; review it again.")
     if decision == "denied":
         # A denied call never reaches the business system: the invocation ends here.

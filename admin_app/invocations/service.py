@@ -57,7 +57,7 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def too_large(scope: str, max_bytes: int, **size) -> ApiError:
-    return ApiError(413, "arguments_too_large",
+    return ApiError("arguments_too_large",
                     f"The {'arguments' if scope == 'arguments' else 'request body'} exceed {max_bytes} bytes.",
                     origin="core", dispatch="not_dispatched", limit_scope=scope, max_bytes=max_bytes, **size)
 
@@ -68,7 +68,7 @@ def envelope_too_large(max_bytes: int, observed: int) -> ApiError:
 
 def not_found() -> ApiError:
     """An invocation path that cannot name an invocation: the router's plain 404."""
-    return ApiError(404, "not_found", "Not found.")
+    return ApiError("not_found", "Not found.")
 
 
 def invocation_path_id(value: str) -> str:
@@ -281,11 +281,11 @@ def guarded(action):
             raise
         except (DBAPIError, PoolTimeout):  # no connection in time: nothing was sent either
             log.exception("tool invocation storage failed")
-            raise ApiError(503, "invocation_storage_unavailable",
+            raise ApiError("invocation_storage_unavailable",
                            "The invocation state could not be saved; nothing was sent.") from None
         except Exception:  # answered with a fixed code; logged above
             log.exception("tool invocation failed")
-            raise ApiError(500, "agent_tool_internal_error", "Internal error.") from None
+            raise ApiError("agent_tool_internal_error", "Internal error.") from None
     return run
 
 
@@ -301,7 +301,7 @@ def _run_of(db: Session, session: AgentSession, route_key: str, run_id: uuid.UUI
         return
     run = db.get(Run, run_id)
     if run is None or run.session_id != session.id or run.route_key != route_key:
-        raise ApiError(409, "agent_run_conflict", "This run is not a turn of this session in this route.")
+        raise ApiError("agent_run_conflict", "This run is not a turn of this session in this route.")
 
 
 def _still_authorized(db: Session, route, session: AgentSession, inv: Invocation,
@@ -310,7 +310,7 @@ def _still_authorized(db: Session, route, session: AgentSession, inv: Invocation
     the catalog or (unless told otherwise) its frozen execution fingerprint changed."""
     visible = project(db, route, session).tools.get(inv.tool)
     if visible is None or (fingerprint and visible.tool.execution_fingerprint != inv.execution_fingerprint):
-        raise ApiError(409, "capability_changed",
+        raise ApiError("capability_changed",
                        "The tool changed since this invocation was made; it will not run as it is.")
     return visible
 
@@ -334,7 +334,7 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
         if existing is not None:
             if existing.request_hash != request_hash \
                     or existing.capability_revision != body["capability_revision"]:
-                raise ApiError(409, "invocation_conflict",
+                raise ApiError("invocation_conflict",
                                "This invocation_id was used for a different call.")
             # A replay answers only while the tool is still authorized as it was.
             _still_authorized(db, route, session, existing)
@@ -342,9 +342,9 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
         projection = project(db, route, session)
         visible = projection.tools.get(body["tool"])
         if visible is None:
-            raise ApiError(404, "tool_not_found", "No such tool in this workspace.")
+            raise ApiError("tool_not_found", "No such tool in this workspace.")
         if body["capability_revision"] != projection.revision:
-            raise ApiError(409, "capability_changed", "The capability revision is stale; rediscover tools.",
+            raise ApiError("capability_changed", "The capability revision is stale; rediscover tools.",
                            capability_revision=projection.revision)
         inv = Invocation(
             id=uuid.uuid4(), session_id=session.id, invocation_id=body["invocation_id"],
@@ -384,7 +384,7 @@ def _own_invocation(db: Session, session: AgentSession, invocation_id: str, lock
                                      Invocation.invocation_id == invocation_id)
     inv = db.scalar(query.with_for_update() if lock else query)
     if inv is None:
-        raise ApiError(404, "invocation_not_found", "No such invocation for this session.")
+        raise ApiError("invocation_not_found", "No such invocation for this session.")
     return inv
 
 

@@ -51,10 +51,10 @@ def job_trace(db: Session, job_ref: str, available: Availability) -> dict:
     try:
         job_id = uuid.UUID(job_ref)
     except ValueError:
-        raise ApiError(404, "job_not_found", "No such tool job.") from None
+        raise ApiError("job_not_found", "No such tool job.") from None
     inv = db.get(Invocation, job_id)
     if inv is None:
-        raise ApiError(404, "job_not_found", "No such tool job.")
+        raise ApiError("job_not_found", "No such tool job.")
     job = job_view(db, inv)
     if inv.run_id is not None:
         job.update(run_audit_link(db, inv.run_id, available))
@@ -178,10 +178,10 @@ def core_job_trace(db: Session, job_ref: str, available: Availability) -> dict:
     try:
         job_id = uuid.UUID(job_ref)
     except ValueError:
-        raise ApiError(404, "not_found", "Not found.") from None
+        raise ApiError("not_found", "Not found.") from None
     inv = db.get(Invocation, job_id)
     if inv is None:
-        raise ApiError(404, "not_found", "Not found.")
+        raise ApiError("not_found", "Not found.")
     from ..runtime.traces import visible_messages  # the runtime's traces build on this module
 
     approvals = approvals_of(db, inv.id)

@@ -20,7 +20,7 @@ SCHEMA = "bailing.agent-capability-search.v1"
 
 
 def _run_not_found() -> ApiError:
-    return ApiError(404, "run_not_found", "No such run for this session and route.")
+    return ApiError("run_not_found", "No such run for this session and route.")
 
 
 def search(db: Session, session: AgentSession, route: Route, body: dict) -> dict:

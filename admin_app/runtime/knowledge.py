@@ -70,16 +70,16 @@ def add_document(db: Session, route_key: str, path: Path) -> dict:
     """Add or replace (by file name) one document of a route; returns what was stored."""
     media_type = MEDIA_TYPES.get(path.suffix.lower())
     if media_type is None:
-        raise ApiError(400, "invalid_request", f"{path.name}: only .md, .markdown and .txt files are accepted")
+        raise ApiError("invalid_request", f"{path.name}: only .md, .markdown and .txt files are accepted")
     raw = path.read_bytes()
     if len(raw) > MAX_DOCUMENT_BYTES:
-        raise ApiError(413, "request_too_large", f"{path.name} is larger than {MAX_DOCUMENT_BYTES} bytes")
+        raise ApiError("request_too_large", f"{path.name} is larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
         body = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ApiError(400, "invalid_request", f"{path.name} is not UTF-8 text") from None
+        raise ApiError("invalid_request", f"{path.name} is not UTF-8 text") from None
     if "\x00" in body:
-        raise ApiError(400, "invalid_request", f"{path.name} contains NUL characters")
+        raise ApiError("invalid_request", f"{path.name} contains NUL characters")
     markdown = media_type == "text/markdown"
     title = next((m.group(2) for line in body.splitlines() if (m := _HEADING.match(line))
                   and m.group(1) == "#"), path.stem) if markdown else path.stem
@@ -168,11 +168,11 @@ def read(db: Session, route_key: str, chunk_id: int, offset: int) -> dict:
                      .join(KnowledgeDocument, KnowledgeDocument.id == KnowledgeChunk.document_id)
                      .where(KnowledgeChunk.id == chunk_id, KnowledgeDocument.route_key == route_key)).first()
     if row is None:
-        raise ApiError(404, "knowledge_not_found", "No such knowledge chunk in this workspace.")
+        raise ApiError("knowledge_not_found", "No such knowledge chunk in this workspace.")
     piece, doc = row
     total = len(piece.content)
     if offset > total:
-        raise ApiError(400, "invalid_request", "offset is past the end of the chunk.",
+        raise ApiError("invalid_request", "offset is past the end of the chunk.",
                        problems=[{"path": "offset", "message": f"must be at most {total}"}])
     content = piece.content[offset:offset + READ_MAX_CHARS]
     end = offset + len(content)

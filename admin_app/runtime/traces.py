@@ -20,7 +20,7 @@ from .models import Message, Run
 def run_trace(db: Session, run_id: uuid.UUID, available: Availability) -> dict:
     run = db.get(Run, run_id)
     if run is None:
-        raise ApiError(404, "run_not_found", "No such run.")
+        raise ApiError("run_not_found", "No such run.")
     messages = db.scalars(select(Message).where(Message.run_id == run.id).order_by(Message.id))
     return {
         "schema": "bailing.agent-run-trace.v1",
@@ -85,7 +85,7 @@ def agent_client_trace(db: Session, thread_ref: str, run_ref: str, available: Av
     run = db.get(Run, uuid.UUID(run_ref)) if UUID_V1_5.fullmatch(run_ref) else None
     on_thread = thread_ref.isascii() and thread_ref.isdigit() and len(thread_ref) <= 19
     if run is None or not on_thread or int(thread_ref) != run.thread_id:
-        raise ApiError(404, "not_found", "Not found.")
+        raise ApiError("not_found", "Not found.")
     completion = run.completion
     model, runtime = _completion_text(completion, "model"), _completion_text(completion, "runtime")
     updated_at = run.completed_at or run.created_at

@@ -92,7 +92,7 @@ def normalise_turn(body: dict, session: AgentSession) -> dict:
     if checker.problems:
         raise invalid_request(checker)
     if "page_context" in turn and byte_length(turn["page_context"]) > PAGE_CONTEXT_MAX_BYTES:
-        raise ApiError(413, "page_context_too_large",
+        raise ApiError("page_context_too_large",
                        f"page_context exceeds {PAGE_CONTEXT_MAX_BYTES} bytes of JSON.",
                        max_bytes=PAGE_CONTEXT_MAX_BYTES)
     if "task_binding" in body:
@@ -121,7 +121,7 @@ def _thread(db: Session, session: AgentSession, route_key: str, conversation: st
 
 
 def _turn_conflict(message: str) -> ApiError:
-    return ApiError(409, "turn_conflict", message)
+    return ApiError("turn_conflict", message)
 
 
 def _knowledge(db: Session, route: Route, settings: dict, query: str, on_demand: bool):
@@ -249,7 +249,7 @@ def normalise_completion(body: dict) -> dict:
 
 
 def run_completion_conflict(message: str) -> ApiError:
-    return ApiError(409, "run_completion_conflict", message)
+    return ApiError("run_completion_conflict", message)
 
 
 def complete_run(db: Session, session: AgentSession, run_id: str, body: dict) -> dict:
@@ -280,7 +280,7 @@ def _complete(db: Session, run: Run, done: dict) -> dict:
                                                Message.role == "assistant",
                                                Message.message_id == done["assistant_message_id"]))
     if clash is not None:
-        raise ApiError(409, "assistant_message_conflict",
+        raise ApiError("assistant_message_conflict",
                        "assistant_message_id is already bound to another run of this conversation.")
     run.status = done["status"]
     run.completion = done
