@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import iso, sha256_json, utc_now
 from ..db import pipelined
 from ..errors import ApiError, invalid_request
@@ -24,8 +25,8 @@ from .values import ARCHIVE_REF, client_id, uuid_value
 
 SCHEMA = "bailing.agent-conversation-audit.v1"
 CREATE_V2 = "bailing.agent-conversation-audit-create.v2"
-MAX_MEMBERS = 64
-LABEL_MAX = 128  # UTF-16 code units
+MAX_MEMBERS = limits.AUDIT_MAX_MEMBERS
+LABEL_MAX = limits.AUDIT_LABEL_MAX_UNITS
 V1_FIELDS = ("client_archive_id", "client_conversation_id", "route", "member_session_ids", "member_labels")
 V2_FIELDS = ("schema", "client_archive_id", "client_conversation_id", "members")
 

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import sha256_json
 from ..db import at_commit
 from ..errors import ApiError, invalid_request
@@ -28,12 +29,12 @@ from .members import check_locked
 from .values import client_id, uuid_value
 
 ACK = "bailing.agent-conversation-audit-ack.v1"
-BATCH_MAX = 50
-TEXT_MAX_UNITS = 64000  # UTF-16 code units
-BATCH_TEXT_MAX_BYTES = 256 * 1024
-ARCHIVE_MAX_EVENTS = 20000
-ARCHIVE_MAX_TEXT_BYTES = 16 * 1024 * 1024
-ENVELOPE_MAX_BYTES = 2 * 1024 * 1024
+BATCH_MAX = limits.AUDIT_BATCH_MAX_EVENTS
+TEXT_MAX_UNITS = limits.AUDIT_TEXT_MAX_UNITS
+BATCH_TEXT_MAX_BYTES = limits.AUDIT_BATCH_TEXT_MAX_BYTES
+ARCHIVE_MAX_EVENTS = limits.AUDIT_ARCHIVE_MAX_EVENTS
+ARCHIVE_MAX_TEXT_BYTES = limits.AUDIT_ARCHIVE_MAX_TEXT_BYTES
+ENVELOPE_MAX_BYTES = limits.AUDIT_ENVELOPE_MAX_BYTES
 
 EXTRA_FIELDS = {
     "turn_start": (),

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import iso
 from .archives import HEADER_COLUMNS, header_view, not_found
 from .availability import Availability
@@ -14,8 +15,8 @@ from .availability import Availability
 LIST_SCHEMA = "bailing.agent-conversation-audit-list.v1"
 DETAIL_SCHEMA = "bailing.agent-conversation-audit-detail.v1"
 # Paging parameters are clamped into these ranges, never refused for being outside them.
-LIST_LIMIT = (50, 1, 100)  # default, minimum, maximum
-EVENTS_LIMIT = (100, 1, 200)
+LIST_LIMIT = limits.AUDIT_LIST_LIMIT
+EVENTS_LIMIT = limits.AUDIT_EVENTS_LIMIT
 
 
 def list_archives(db: Session, limit: int, offset: int) -> dict:
