@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flask import Flask, redirect, url_for
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import resources
 from .config import Settings
 from .db import Database
-from .errors import is_api_path, register_error_handlers
+from .errors import register_error_handlers
+from .surfaces import is_api_path
 
 
 @dataclass
@@ -42,15 +44,17 @@ def create_app(test_config: dict | None = None) -> Flask:
         DISPLAY_TIMEZONE=settings.display_timezone,
         JSON_SORT_KEYS=False,
     )
-    app.json.sort_keys = False
     if settings.trusted_proxies:
         # Behind that many proxies the client address, scheme (so Secure cookies) and host are
         # the forwarded ones; with none, X-Forwarded-* is a client's claim and ignored.
         hops = settings.trusted_proxies
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
+        # Flask's documented way to wrap the app in WSGI middleware.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)  # type: ignore[method-assign]
     app.extensions["bailing"] = Hub(settings=settings, db=Database(settings))
 
-    register_error_handlers(app)
+    from .api.auth import agent_bearer_is_valid
+
+    register_error_handlers(app, agent_bearer_is_valid)
     from . import observability
 
     observability.init_app(app)  # request ids, the request log, GET /metrics
@@ -97,11 +101,17 @@ def create_app(test_config: dict | None = None) -> Flask:
     return app
 
 
+class _JSON(DefaultJSONProvider):
+    sort_keys = False  # answers keep their keys in the order the code builds them
+
+
 class _HubFlask(Flask):
     """With no BAILING_SECRET_KEY, the key is read from (or made in) the data folder when a request
     first needs it, not when the app is built: listing commands (`--help`) builds the app too, and
     must write nothing. Flask's sessions read `app.secret_key` on every request, which also fills
     config["SECRET_KEY"] for code that reads the config directly (Flask-Login)."""
+
+    json_provider_class = _JSON
 
     @property
     def secret_key(self):

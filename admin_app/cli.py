@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 from functools import wraps
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import click
 from flask import current_app
 from flask.cli import FlaskGroup, with_appcontext
 
-from . import create_app, migrations
+from . import create_app, error_codes, migrations
 from .errors import ApiError, invalid_request
 from .validation import Invalid, strict_json_loads
 
@@ -26,7 +27,9 @@ def _emit(payload: dict) -> None:
     click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
 
 
-def _fail(code: str, message: str, **extra) -> None:
+def _fail(code: str, message: str | None = None, **extra) -> None:
+    """Refuse with a registered code (error_codes); the message defaults to the registry's."""
+    message = error_codes.message_of(code) if message is None else message
     click.echo(json.dumps({"error": code, "message": message, **extra}, indent=2,
                           ensure_ascii=False), err=True)
     sys.exit(1)
@@ -54,7 +57,7 @@ def hub_command(func):
             _fail("database_unavailable", f"Cannot reach the database: {str(err).splitlines()[0]}")
         except ProgrammingError as err:
             if "does not exist" in str(err):
-                _fail("schema_missing", "The schema is not there yet: run `bailing-admin db upgrade`.")
+                _fail("schema_missing")
             raise
 
     return wrapper
@@ -216,7 +219,7 @@ def tools_warnings(provider: str | None):
         if provider is not None and not rows:
             _fail("provider_not_found", f"No tool provider named {provider}.")
         compiled = compiled_providers(session, [r.name for r in rows])
-        warnings = []
+        warnings: list[dict[str, Any]] = []
         for row in rows:
             current = compiled[row.name].warnings
             if row.compile_warnings != current or row.compiler_version != COMPILER_VERSION:
@@ -248,8 +251,9 @@ def demo(reset: bool, host: str, port: int, business_port: int, seed_only: bool)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no access log lines under the progress bar
     logging.getLogger("bailing.request").setLevel(logging.WARNING)  # nor the request log
     try:
-        summary = run_demo(current_app._get_current_object(), host, port, reset, serve=not seed_only,
-                           business_port=business_port)
+        # current_app is a proxy typed as the app itself; this is its documented way to the real one.
+        app = current_app._get_current_object()  # type: ignore[attr-defined]
+        summary = run_demo(app, host, port, reset, serve=not seed_only, business_port=business_port)
     except PortInUse as err:
         _fail("port_in_use", str(err), option=err.option, port=err.port)
     except (SeedError, OSError) as err:

@@ -5,7 +5,7 @@ Every variable is listed in the README; this is the one place that reads them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from . import resources
@@ -58,7 +58,8 @@ def resolve_data_dir(value: str | os.PathLike | None) -> Path:
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
-    data_dir: Path | None = None  # always an absolute Path once made (__post_init__)
+    # Given as a Path or a str; always an absolute Path once made (__post_init__).
+    data_dir: Path = field(default_factory=lambda: resolve_data_dir(None))
     sql_dir: Path = resources.SQL_DIR
     secret_key: str | None = None
     db_pool_size: int = 5
@@ -75,14 +76,14 @@ class Settings:
     log_format: str = "json"
     log_level: str = "INFO"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", resolve_data_dir(self.data_dir))
 
     @classmethod
     def from_env(cls) -> Settings:
         return cls(
             database_url=os.environ.get("BAILING_DATABASE_URL") or None,
-            data_dir=os.environ.get("BAILING_DATA_DIR") or None,
+            data_dir=resolve_data_dir(os.environ.get("BAILING_DATA_DIR")),
             sql_dir=Path(os.environ.get("BAILING_SQL_DIR") or resources.SQL_DIR),
             secret_key=os.environ.get("BAILING_SECRET_KEY") or None,
             db_pool_size=_int("BAILING_DB_POOL_SIZE", 5),

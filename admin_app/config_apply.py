@@ -18,11 +18,12 @@ from urllib.parse import urlsplit
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from . import limits
 from .canonical import utc_now
 from .catalog.compiler import COMPILER_VERSION, HTTP_METHODS, CompileError, compile_provider
 from .catalog.store import compiled_providers
 from .identity.models import ClientApp, Route, ToolProvider
-from .validation import (MAX_JSON_DEPTH, Checker, Invalid, join, json_value_problems,
+from .validation import (MAX_JSON_DEPTH, Checker, Invalid, join, json_value_problems, repeats,
                          strict_json_loads)
 
 # "bzconf" in ASCII: serialises concurrent applies.
@@ -77,8 +78,7 @@ def _json_problems_by_path(raw: bytes) -> list[tuple[str, str]] | None:
     def pairs(items):
         obj = _Members(items)
         if len(obj) != len(items):
-            seen: set[str] = set()
-            obj.duplicates = tuple(dict.fromkeys(k for k, _ in items if k in seen or seen.add(k)))
+            obj.duplicates = tuple(dict.fromkeys(repeats(k for k, _ in items)))
         return obj
 
     try:
@@ -181,7 +181,7 @@ def check_provider(checker: Checker, item: Any, path: str, base_dir: Path):
     if checker.obj(item, path, required=("name", "base_url", "openapi", "secret_env"),
                    optional=("timeout_ms",)) is None:
         return None
-    record = {
+    record: dict[str, Any] = {
         "name": checker.resource_key(item.get("name"), join(path, "name")) if "name" in item else None,
         "base_url": check_url(checker, item.get("base_url"), join(path, "base_url"),
                               https_or_loopback=False) if "base_url" in item else None,
@@ -266,17 +266,18 @@ def _system_info_text(checker: Checker, value: Any, path: str, max_len: int) -> 
 
 def check_system_info(checker: Checker, value: Any, path: str) -> None:
     """What system-info tells agents about the business system, within the official client's
-    limits: name 120, summary 400, up to 6 domains of 120 and 6 boundaries of 160 characters."""
+    limits (limits.SYSTEM_*)."""
     if checker.obj(value, path, required=("name", "summary"), optional=("domains", "boundaries")) is None:
         return
-    for key, max_len in (("name", 120), ("summary", 400)):
+    for key, max_len in (("name", limits.SYSTEM_NAME_MAX), ("summary", limits.SYSTEM_SUMMARY_MAX)):
         if key in value:
             _system_info_text(checker, value[key], join(path, key), max_len)
-    for key, max_len in (("domains", 120), ("boundaries", 160)):
+    for key, max_items, max_len in (("domains", limits.SYSTEM_MAX_DOMAINS, limits.SYSTEM_DOMAIN_MAX),
+                                    ("boundaries", limits.SYSTEM_MAX_BOUNDARIES, limits.SYSTEM_BOUNDARY_MAX)):
         if key not in value:
             continue
-        if not isinstance(value[key], list) or len(value[key]) > 6:
-            checker.add(join(path, key), "must be a list of at most 6 texts")
+        if not isinstance(value[key], list) or len(value[key]) > max_items:
+            checker.add(join(path, key), f"must be a list of at most {max_items} texts")
             continue
         for i, item in enumerate(value[key]):
             _system_info_text(checker, item, join(join(path, key), i), max_len)
@@ -392,9 +393,9 @@ def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dic
     if "route_key" in item:
         checker.resource_key(item["route_key"], join(path, "route_key"), route=True)
     if "name" in item:
-        checker.string(item["name"], join(path, "name"), min_len=1, max_len=191, single_line=True)
+        checker.string(item["name"], join(path, "name"), min_len=1, max_len=limits.ROUTE_NAME_MAX, single_line=True)
     if "description" in item:
-        checker.string(item["description"], join(path, "description"), max_len=2000)
+        checker.string(item["description"], join(path, "description"), max_len=limits.ROUTE_DESCRIPTION_MAX)
     if "enabled" in item:
         checker.boolean(item["enabled"], join(path, "enabled"))
     if "permission" in item and item["permission"] not in ("full", "readonly"):
@@ -511,7 +512,7 @@ def validate(db: Session, doc: dict, base_dir: Path) -> dict[str, list[dict]]:
 
 # ---------------------------------------------------------------- writing
 
-_MODELS = {
+_MODELS: dict[str, tuple[type[ToolProvider | Route | ClientApp], str]] = {
     "tool_providers": (ToolProvider, "name"),
     "routes": (Route, "route_key"),
     "client_apps": (ClientApp, "app_id"),
@@ -534,11 +535,11 @@ def check(db: Session, doc: dict, base_dir: Path) -> dict:
 def _apply(db: Session, doc: dict, base_dir: Path, *, write: bool) -> dict:
     db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPLY_LOCK_KEY})
     records = validate(db, doc, base_dir)
-    report: dict[str, dict[str, list[str]]] = {"created": {}, "changed": {}, "unchanged": {}}
+    buckets: dict[str, dict[str, list[str]]] = {"created": {}, "changed": {}, "unchanged": {}}
     now = utc_now()
     for section in ("tool_providers", "routes", "client_apps"):  # referenced before referencing
         model, key = _MODELS[section]
-        for bucket in report.values():
+        for bucket in buckets.values():
             bucket[section] = []
         for record in records[section]:
             query = select(model).where(getattr(model, key) == record[key])
@@ -547,19 +548,19 @@ def _apply(db: Session, doc: dict, base_dir: Path, *, write: bool) -> dict:
             if row is None:
                 if write:
                     db.add(model(**record))
-                report["created"][section].append(record[key])
+                buckets["created"][section].append(record[key])
                 continue
+            assert isinstance(row, model)  # for the type checker: select() of a union types its row as Base
             changed = [f for f, v in record.items() if getattr(row, f) != v]
             if changed:
                 if write:
                     for f in changed:
                         setattr(row, f, record[f])
                     row.updated_at = now
-                report["changed"][section].append(f"{record[key]} ({', '.join(changed)})")
+                buckets["changed"][section].append(f"{record[key]} ({', '.join(changed)})")
             else:
-                report["unchanged"][section].append(record[key])
+                buckets["unchanged"][section].append(record[key])
         if write:
             db.flush()
-    report["warnings"] = [{"provider": p["name"], **w} for p in records["tool_providers"]
-                          for w in p["compile_warnings"]]
-    return report
+    warnings = [{"provider": p["name"], **w} for p in records["tool_providers"] for w in p["compile_warnings"]]
+    return {**buckets, "warnings": warnings}

@@ -7,6 +7,7 @@ import select
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import ExecStatus
@@ -114,13 +115,20 @@ def at_commit(db: Session, *statements: tuple[str, dict]) -> None:
     db.info.setdefault(_AT_COMMIT, []).extend(statements)
 
 
+def _driver_connection(db: Session) -> psycopg.Connection[Any]:
+    """The psycopg connection under the session's transaction."""
+    conn = db.connection().connection.driver_connection
+    assert conn is not None  # a checked-out connection always holds its driver's
+    return conn
+
+
 def _commit(session: Session) -> None:
     statements = session.info.pop(_AT_COMMIT, None)
     if not statements:
         session.commit()
         return
     session.flush()  # ORM writes first, outside the pipeline (they read their row counts)
-    conn = session.connection().connection.driver_connection
+    conn = _driver_connection(session)
     try:
         try:
             with conn.pipeline():
@@ -194,18 +202,26 @@ def pipelined(db: Session, *statements: tuple[str, dict]) -> list[list]:
 
     These are the hot paths, so they are prepared and may run on a generic plan: send only
     statements whose plan cannot depend on the values (lookups by key, inserts, updates by key)."""
-    conn = db.connection().connection.driver_connection
+    conn = _driver_connection(db)
     cursors = []
     with conn.pipeline():
         for sql, params in statements:
             cursor = conn.cursor(row_factory=namedtuple_row)
             cursor.execute(sql, params, prepare=True)
             cursors.append(cursor)
-    return [cursor.fetchall() if cursor.pgresult.status == ExecStatus.TUPLES_OK else []
-            for cursor in cursors]
+    return [_rows(cursor) for cursor in cursors]
 
 
-def attach_loaded(db: Session, instance: Base) -> Base:
+def _rows(cursor: psycopg.Cursor[Any]) -> list[Any]:
+    result = cursor.pgresult
+    assert result is not None  # every statement of a synced pipeline has its result
+    return cursor.fetchall() if result.status == ExecStatus.TUPLES_OK else []
+
+
+_Model = TypeVar("_Model", bound=Base)
+
+
+def attach_loaded(db: Session, instance: _Model) -> _Model:
     """An ORM object built from a row read with `pipelined`, made part of the session as if the
     ORM had loaded it (unmodified, in the identity map; the session's copy if it holds one)."""
     make_transient_to_detached(instance)

@@ -1,162 +1,162 @@
 """Every error code the hub answers with, in one place: its HTTP status, the default message,
-and where the code is specified. `ApiError(code)` takes its status from here, so a code cannot
-be raised with two statuses, and tests/test_error_codes.py checks that every raise names a code
-listed here and that the OpenAPI documents agree.
+and where the code is specified. `ApiError(code)` takes its status and default message from
+here, so a code cannot be raised with two statuses; tests/test_error_codes.py checks that every
+raise names a code listed here, that every code listed is raised, and that the OpenAPI documents
+agree on the statuses.
 
-"hub" marks a code of the hub's own admin API or CLI (documented in openapi/admin-api.json);
-every other entry names the specification section that fixes it.
+`documented` names the specification section that fixes the code for the surface the hub
+raises it on; "hub:" marks a code of the hub's own, and names where the hub documents it.
+A raise passes its own message only when it says more than the default (which field, which
+limit, which name).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+WIRE = "WIRE_CONTRACT.md § "
+AUDIT = "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"
+TASKS = "TASK_CONTROL.md § 8.3 Turns: `task_binding`"
+AGENT_AUTH = WIRE + "3. `/agent-auth/v1` — Agent Auth"
+ROUTE_GATE = WIRE + "2.1 Route gate"
+INVOKE = WIRE + "2.10 `POST /agent-api/v1/tool-invocations`"
+COMPLETE = WIRE + "2.9 `POST /agent-api/v1/runs/:run_id/complete`"
+SHARED = WIRE + "1. Conventions shared by every surface"
+ADMIN_API = "hub: openapi/admin-api.json"
+EVERY_API = "hub: openapi/*.json"
+# Codes only the bailing-admin commands answer with (on standard error, exit status 1).
+CLI = "hub: docs/operations.md § Command errors"
+
 
 @dataclass(frozen=True)
 class ErrorCode:
-    status: int
+    status: int  # HTTP; codes raised only under the commands keep one for a future API
     message: str  # the default message, when the raise gives none
     documented: str  # where the code is specified
 
 
 CODES: dict[str, ErrorCode] = {
     # 400 Bad Request
-    "TASK_INVALID_INPUT": ErrorCode(400, "The request is not valid.",
-                        "TASK_CONTROL.md § 3.1 Formats"),
+    "TASK_INVALID_INPUT": ErrorCode(400, "The task binding is not valid.", TASKS),
     "invalid_client": ErrorCode(400, "The client is unknown, disabled or has no authorization page.",
-                        "AGENT_AUTH_API.en.md § 6. Errors"),
-    "invalid_grant": ErrorCode(400, "The request is not valid.",
-                        "AGENT_AUTH_API.en.md § 6. Errors"),
-    "invalid_request": ErrorCode(400, "The request is not valid.",
-                        "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"),
-    "invalid_route": ErrorCode(400, "The route key is not a valid route.",
-                        "WIRE_CONTRACT.md § 2.1 Route gate"),
+                                AGENT_AUTH),
+    "invalid_grant": ErrorCode(
+        400, "The code or refresh token is invalid, expired, replayed or mismatched.", AGENT_AUTH),
+    "invalid_request": ErrorCode(400, "The request is not valid.", SHARED),
+    "invalid_route": ErrorCode(400, "The route key is not a valid route.", ROUTE_GATE),
     "unsupported_grant_type": ErrorCode(400, "grant_type must be authorization_code or refresh_token.",
-                        "WIRE_CONTRACT.md § 3. `/agent-auth/v1` — Agent Auth"),
+                                        AGENT_AUTH),
     # 401 Unauthorized
-    "unauthorized": ErrorCode(401, "A valid bearer token is required.",
-                        "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"),
+    "unauthorized": ErrorCode(401, "A valid bearer token is required.", SHARED),
     # 403 Forbidden
     "agent_client_disabled": ErrorCode(403, "The Agent Client Runtime is not enabled on this route.",
-                        "WIRE_CONTRACT.md § 2.1 Route gate"),
-    "agent_direct_disabled": ErrorCode(403, "Business tools are not enabled on this route.",
-                        "WIRE_CONTRACT.md § 2.1 Route gate"),
+                                       ROUTE_GATE),
+    "agent_direct_disabled": ErrorCode(403, "Business tools are not enabled on this route.", ROUTE_GATE),
     "audience_not_allowed": ErrorCode(403, "This route's audience does not include this session.",
-                        "WIRE_CONTRACT.md § 2.1 Route gate"),
-    "conversation_audit_authorization_invalid": ErrorCode(403, "Not allowed.",
-                        "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"),
-    "forbidden": ErrorCode(403, "This requires the runs:read permission.",
-                        "TASK_CONTROL.md § 6.7 Release without a permit"),
-    "route_not_allowed": ErrorCode(403, "This session is not allowed to use this route.",
-                        "AGENT_AUTH_API.en.md § 6. Errors"),
-    "wrong_password": ErrorCode(403, "The current password is not right.",
-                        "hub: openapi/admin-api.json"),
+                                      ROUTE_GATE),
+    "conversation_audit_authorization_invalid": ErrorCode(
+        403, "A member's authorization or route is no longer valid.", AUDIT),
+    "forbidden": ErrorCode(403, "The token's role lacks the permission this needs.",
+                           WIRE + "4.1 Conversation audits; " + ADMIN_API),
+    "route_not_allowed": ErrorCode(403, "This session is not allowed to use this route.", ROUTE_GATE),
+    "wrong_password": ErrorCode(403, "The current password is not right.", CLI),
     # 404 Not Found
-    "admin_not_found": ErrorCode(404, "No admin by that name.",
-                        "hub: openapi/admin-api.json"),
-    "approval_not_found": ErrorCode(404, "No such approval.",
-                        "hub: openapi/admin-api.json"),
-    "client_not_found": ErrorCode(404, "Not found.",
-                        "hub: openapi/admin-api.json"),
-    "conversation_audit_not_found": ErrorCode(404, "No such conversation audit.",
-                        "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"),
+    "admin_not_found": ErrorCode(404, "No admin by that name.", CLI),
+    "approval_not_found": ErrorCode(404, "No such approval.", ADMIN_API),
+    "client_not_found": ErrorCode(404, "No such client app.", CLI),
+    "conversation_audit_not_found": ErrorCode(404, "No such conversation audit.", AUDIT),
     "invocation_not_found": ErrorCode(404, "No such invocation for this session.",
-                        "TASK_CONTROL.md § 8.6 `POST /agent-api/v1/tool-invocations/{invocation_id}/resume`"),
-    "job_not_found": ErrorCode(404, "No such tool job.",
-                        "hub: openapi/admin-api.json"),
+                                      WIRE + "2.12 `POST /agent-api/v1/tool-invocations/:invocation_id/resume`"),
+    "job_not_found": ErrorCode(404, "No such tool job.", ADMIN_API),
     "knowledge_not_found": ErrorCode(404, "No such knowledge chunk in this workspace.",
-                        "hub: openapi/admin-api.json"),
+                                     "hub: openapi/agent-api-v1.json, docs/knowledge-api.md"),
     "knowledge_unavailable": ErrorCode(404, "This workspace has no knowledge enabled.",
-                        "hub: openapi/admin-api.json"),
-    "not_found": ErrorCode(404, "Not found.",
-                        "TASK_CONTROL.md § 8.2 `GET /agent-api/v1/tasks/{task_id}`"),
-    "route_unavailable": ErrorCode(404, "The route is unavailable.",
-                        "WIRE_CONTRACT.md § 2.1 Route gate"),
-    "run_not_found": ErrorCode(404, "No such run.",
-                        "TASK_CONTROL.md § 8.4 Capability search"),
-    "session_not_found": ErrorCode(404, "No such agent session.",
-                        "hub: openapi/admin-api.json"),
-    "token_not_found": ErrorCode(404, "That admin holds no token with this id.",
-                        "hub: openapi/admin-api.json"),
-    "tool_not_found": ErrorCode(404, "No such tool in this workspace.",
-                        "AGENT_CLIENT_RUNTIME_API.en.md § Read usage guidance by tool name"),
+                                       "hub: openapi/agent-api-v1.json, docs/knowledge-api.md"),
+    "not_found": ErrorCode(404, "Not found.", SHARED),
+    "route_unavailable": ErrorCode(404, "The route is unavailable.", ROUTE_GATE),
+    "run_not_found": ErrorCode(
+        404, "No such run.",
+        WIRE + "2.5 `POST /agent-api/v1/workspaces/:route/capabilities/search`; " + ADMIN_API),
+    "session_not_found": ErrorCode(404, "No such agent session.", CLI),
+    "token_not_found": ErrorCode(404, "That admin holds no token with this id.", CLI),
+    "tool_not_found": ErrorCode(404, "No such tool in this workspace.", INVOKE),
     # 405 Method Not Allowed
-    "method_not_allowed": ErrorCode(405, "Method not allowed.",
-                        "WIRE_CONTRACT.md § 1. Conventions shared by every surface"),
+    "method_not_allowed": ErrorCode(405, "Method not allowed.", SHARED),
     # 409 Conflict
-    "TASK_REQUIRED": ErrorCode(409, "This session is enrolled in a task: act through a bound run.",
-                        "TASK_CONTROL.md § 2.3 Enrolment marker"),
-    "admin_disabled": ErrorCode(409, "The request conflicts with the current state.",
-                        "hub: openapi/admin-api.json"),
-    "admin_exists": ErrorCode(409, "The request conflicts with the current state.",
-                        "hub: openapi/admin-api.json"),
-    "agent_run_conflict": ErrorCode(409, "This run is not a turn of this session in this route.",
-                        "WIRE_CONTRACT.md § 2.10 `POST /agent-api/v1/tool-invocations`"),
-    "approval_not_pending": ErrorCode(409, "The request conflicts with the current state.",
-                        "hub: openapi/admin-api.json"),
-    "approval_snapshot_changed": ErrorCode(409, "The snapshot hash differs from the one you reviewed; review it again.",
-                        "hub: openapi/admin-api.json"),
+    "TASK_REQUIRED": ErrorCode(409, "This session is enrolled in a task: act through a bound run.", TASKS),
+    "admin_disabled": ErrorCode(409, "That admin is disabled.", CLI),
+    "admin_exists": ErrorCode(409, "An admin by that name already exists.",
+                              "hub: docs/operations.md (init refusals)"),
+    "agent_run_conflict": ErrorCode(409, "This run is not a turn of this session in this route.", INVOKE),
+    "approval_not_pending": ErrorCode(409, "This approval is no longer pending.", ADMIN_API),
+    "approval_snapshot_changed": ErrorCode(
+        409, "The snapshot hash differs from the one you reviewed; review it again.", ADMIN_API),
     "assistant_message_conflict": ErrorCode(
-        409, "assistant_message_id is already bound to another run of this conversation.",
-        "WIRE_CONTRACT.md § 2.9 `POST /agent-api/v1/runs/:run_id/complete`"),
-    "capability_changed": ErrorCode(409, "The capability revision is stale; rediscover tools.",
-                        "AGENT_CLIENT_RUNTIME_API.en.md § Read usage guidance by tool name"),
-    "conversation_audit_conflict": ErrorCode(409, "The request conflicts with the current state.",
-                        "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"),
-    "conversation_audit_not_ready": ErrorCode(409, "Some members have not confirmed yet.",
-                        "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"),
-    "invalid_state": ErrorCode(409, "The request conflicts with the current state.",
-                        "WIRE_CONTRACT.md § 3. `/agent-auth/v1` — Agent Auth"),
-    "invocation_conflict": ErrorCode(409, "This invocation_id was used for a different call.",
-                        "TOOL_GOVERNANCE.md § Invocation outcomes (upstream's names)"),
-    "own_account": ErrorCode(409, "The request conflicts with the current state.",
-                        "hub: openapi/admin-api.json"),
-    "run_completion_conflict": ErrorCode(409, "The request conflicts with the current state.",
-                        "WIRE_CONTRACT.md § 2.9 `POST /agent-api/v1/runs/:run_id/complete`"),
-    "turn_conflict": ErrorCode(409, "The request conflicts with the current state.",
-                        "TASK_CONTROL.md § 8.3 Turns: `task_binding`"),
+        409, "assistant_message_id is already bound to another run of this conversation.", COMPLETE),
+    "capability_changed": ErrorCode(409, "The capability revision is stale; rediscover tools.", INVOKE),
+    "conversation_audit_conflict": ErrorCode(409, "The request conflicts with the archive as recorded.",
+                                             AUDIT),
+    "conversation_audit_not_ready": ErrorCode(409, "Some members have not confirmed yet.", AUDIT),
+    "invalid_state": ErrorCode(409, "This authorization was already decided.", AGENT_AUTH),
+    "invocation_conflict": ErrorCode(409, "This invocation_id was used for a different call.", INVOKE),
+    "own_account": ErrorCode(409, "You cannot do this to your own account.", CLI),
+    "run_completion_conflict": ErrorCode(409, "This run was already completed differently.", COMPLETE),
+    "turn_conflict": ErrorCode(409, "This turn was already prepared with a different request.",
+                               WIRE + "2.4 `POST /agent-api/v1/workspaces/:route/turns`"),
     # 410 Gone
-    "expired": ErrorCode(410, "This authorization request has expired.",
-                        "AGENT_AUTH_API.en.md § 5. Business-page rules"),
+    "expired": ErrorCode(410, "This authorization request has expired.", AGENT_AUTH),
     # 413 Content Too Large
-    "arguments_too_large": ErrorCode(413, "The request is too large.",
-                        "AGENT_CLIENT_RUNTIME_API.en.md § Endpoints"),
-    "conversation_audit_limit": ErrorCode(413, "The request is too large.",
-                        "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"),
-    "page_context_too_large": ErrorCode(413, "The request is too large.",
-                        "WIRE_CONTRACT.md § 2.4 `POST /agent-api/v1/workspaces/:route/turns`"),
-    "request_too_large": ErrorCode(413, "The request is too large.",
-                        "hub: openapi/admin-api.json"),
+    "arguments_too_large": ErrorCode(413, "The request is too large.", INVOKE),
+    "conversation_audit_limit": ErrorCode(413, "A conversation audit limit was exceeded.", AUDIT),
+    "page_context_too_large": ErrorCode(413, "page_context is too large.",
+                                        WIRE + "2.4 `POST /agent-api/v1/workspaces/:route/turns`"),
+    "request_too_large": ErrorCode(413, "The request body is too large.", EVERY_API),
     # 415 Unsupported Media Type
-    "unsupported_media_type": ErrorCode(415, "Unsupported media type.",
-                        "hub: openapi/admin-api.json"),
+    "unsupported_media_type": ErrorCode(415, "Unsupported media type.", EVERY_API),
     # 429 Too Many Requests
-    "rate_limited": ErrorCode(429, "Too many authorization requests; try again in a minute.",
-                        "WIRE_CONTRACT.md § 3. `/agent-auth/v1` — Agent Auth"),
+    "rate_limited": ErrorCode(429, "Too many authorization requests; try again in a minute.", AGENT_AUTH),
     # 500 Internal Server Error
-    "agent_tool_internal_error": ErrorCode(500, "Internal error.",
-                        "WIRE_CONTRACT.md § 2.10 `POST /agent-api/v1/tool-invocations`"),
-    "conversation_audit_internal_error": ErrorCode(500, "Internal server error.",
-                        "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"),
-    "http_error": ErrorCode(500, "Internal server error.",
-                        "hub: openapi/admin-api.json"),
-    "internal_error": ErrorCode(500, "Internal server error.",
-                        "hub: openapi/admin-api.json"),
+    "agent_tool_internal_error": ErrorCode(500, "Internal error.", INVOKE),
+    "conversation_audit_internal_error": ErrorCode(500, "Internal server error.", AUDIT),
+    # Another HTTP error Werkzeug raises; the answer carries Werkzeug's status, not this one.
+    "http_error": ErrorCode(500, "Internal server error.", EVERY_API + " (the Error schema)"),
+    "internal_error": ErrorCode(500, "Internal server error.", EVERY_API + " (the Error schema)"),
     # 501 Not Implemented
-    "TASK_UNSUPPORTED": ErrorCode(501, "This task binding schema is not supported.",
-                        "TASK_CONTROL.md § 8.2 `GET /agent-api/v1/tasks/{task_id}`"),
+    "TASK_UNSUPPORTED": ErrorCode(501, "This task binding schema is not supported.", TASKS),
     # 503 Service Unavailable
     "agent_authorize_url_invalid": ErrorCode(
-        503, "The client's authorization page is not a valid HTTPS or loopback URL.",
-        "WIRE_CONTRACT.md § 3. `/agent-auth/v1` — Agent Auth"),
+        503, "The client's authorization page is not a valid HTTPS or loopback URL.", AGENT_AUTH),
     "conversation_audit_cross_binding_unavailable": ErrorCode(
-        503, "Cross-system member bindings are not available on this hub.",
-        "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"),
+        503, "Cross-system member bindings are not available on this hub.", AUDIT),
     "conversation_audit_unavailable": ErrorCode(503, "Conversation audit is not available on this hub.",
-                        "AGENT_CONVERSATION_AUDIT.en.md § Agent Conversation Audit v1"),
-    "invocation_storage_unavailable": ErrorCode(503, "The invocation state could not be saved; nothing was sent.",
-                        "WIRE_CONTRACT.md § 2.10 `POST /agent-api/v1/tool-invocations`"),
+                                                AUDIT),
+    "invocation_storage_unavailable": ErrorCode(
+        503, "The invocation state could not be saved; nothing was sent.", INVOKE),
 }
 
 
-def status_of(code: str) -> int:
-    return CODES[code].status
+@dataclass(frozen=True)
+class CommandCode:
+    message: str  # the default message, when the refusal gives none
+    documented: str
+
+
+# Refusals of the bailing-admin commands that no HTTP API shares (those use CODES above).
+COMMAND_CODES: dict[str, CommandCode] = {
+    "agent_login_failed": CommandCode("The agent could not sign in.", CLI),
+    "database_unavailable": CommandCode("Cannot reach the database.",
+                                        "hub: docs/operations.md (init refusals)"),
+    "demo_failed": CommandCode("The demo could not start.", CLI),
+    "migration_error": CommandCode("The migrations are inconsistent.",
+                                   "hub: docs/operations.md (init refusals)"),
+    "port_in_use": CommandCode("The port is in use.", "hub: README.md (the demo)"),
+    "provider_not_found": CommandCode("No tool provider by that name.", CLI),
+    "route_not_found": CommandCode("No route by that name.", CLI),
+    "schema_missing": CommandCode("The schema is not there yet: run `bailing-admin db upgrade`.", CLI),
+    "stop_failed": CommandCode("The embedded server did not stop.", CLI),
+}
+
+
+def message_of(code: str) -> str:
+    """The default message of an API or command code; an unknown code is a KeyError."""
+    entry = CODES.get(code) or COMMAND_CODES[code]
+    return entry.message

@@ -6,22 +6,16 @@ unexpected exception, into that envelope. No stack trace or exception text reach
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-from flask import Flask, jsonify, request
-from werkzeug.exceptions import HTTPException
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from .error_codes import CODES
+from .surfaces import AGENT_API, internal_error_code, is_api_path
 
 log = logging.getLogger(__name__)
-
-AGENT_API_PREFIX = "/agent-api"
-API_PREFIXES = (AGENT_API_PREFIX, "/agent-auth", "/admin/api")
-# Areas whose spec names their own code for an internal failure.
-INTERNAL_ERROR_CODES = (
-    ("/agent-api/v1/conversation-audits", "conversation_audit_internal_error"),
-    ("/admin/api/conversation-audits", "conversation_audit_internal_error"),
-    ("/agent-api/v1/tool-invocations", "agent_tool_internal_error"),
-)
 
 
 class ApiError(Exception):
@@ -29,7 +23,7 @@ class ApiError(Exception):
     (an unknown code is a KeyError at the raise, caught by the tests); the message defaults to the
     registry's."""
 
-    def __init__(self, code: str, message: str | None = None, **extra):
+    def __init__(self, code: str, message: str | None = None, **extra: Any) -> None:
         entry = CODES[code]
         message = entry.message if message is None else message
         super().__init__(message)
@@ -40,11 +34,16 @@ class ApiError(Exception):
         self.headers: dict[str, str] = {}
         self.commit_anyway = False  # see Database.session
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         return {"error": self.code, "message": self.message, **self.extra}
 
 
-def invalid_request(err) -> ApiError:
+class _HasProblems(Protocol):
+    @property
+    def problems(self) -> Sequence[tuple[str, str]]: ...
+
+
+def invalid_request(err: _HasProblems) -> ApiError:
     """A validation.Invalid (or a Checker's problems) as the 400 envelope, each problem with
     its field path."""
     problems = err.problems
@@ -53,18 +52,20 @@ def invalid_request(err) -> ApiError:
                     problems=[{"path": p, "message": m} for p, m in problems])
 
 
+def invalid_field(path: str, problem: str) -> ApiError:
+    """The 400 envelope for one bad field outside a Checker, shaped as field validation's."""
+    return ApiError("invalid_request", f"{path}: {problem}",
+                    problems=[{"path": path, "message": problem}])
+
+
 def unauthorized() -> ApiError:
     """The single refusal for any failed bearer: unknown, expired, revoked, malformed."""
-    err = ApiError("unauthorized", "A valid bearer token is required.")
+    err = ApiError("unauthorized")
     err.headers["WWW-Authenticate"] = 'Bearer realm="bailing"'
     return err
 
 
-def is_api_path(path: str) -> bool:
-    return any(path == prefix or path.startswith(prefix + "/") for prefix in API_PREFIXES)
-
-
-def error_response(err: ApiError):
+def error_response(err: ApiError) -> Response:
     response = jsonify(err.body())
     response.status_code = err.status
     for name, value in err.headers.items():
@@ -82,34 +83,32 @@ _HTTP_CODES = {
 }
 
 
-def register_error_handlers(app: Flask) -> None:
+def register_error_handlers(app: Flask, agent_bearer_is_valid: Callable[[], bool]) -> None:
+    """`agent_bearer_is_valid` comes from the API package: as upstream Core, a path of the agent
+    API that does not exist is a 404 only for a valid bearer, else a 401."""
+
     @app.errorhandler(ApiError)
-    def _api_error(err: ApiError):
+    def _api_error(err: ApiError) -> Response:
         return error_response(err)
 
     @app.errorhandler(HTTPException)
-    def _http_error(err: HTTPException):
+    def _http_error(err: HTTPException) -> HTTPException | Response:
         if not is_api_path(request.path):
             return err
-        if err.code == 404 and request.path.startswith(AGENT_API_PREFIX + "/"):
-            # As upstream Core: the bearer is checked before a path is known not to exist.
-            from .api.auth import agent_bearer_is_valid
-
+        if err.code == 404 and request.path.startswith(AGENT_API.root + "/"):
             if not agent_bearer_is_valid():
                 return error_response(unauthorized())
         code = _HTTP_CODES.get(err.code or 500, "http_error")
         api_err = ApiError(code, err.name)
         api_err.status = err.code or 500  # "http_error" carries the status Werkzeug chose
-        if err.code == 405 and err.valid_methods:
+        if isinstance(err, MethodNotAllowed) and err.valid_methods:
             api_err.headers["Allow"] = ", ".join(err.valid_methods)
         return error_response(api_err)
 
     @app.errorhandler(Exception)
-    def _unexpected(err: Exception):
+    def _unexpected(err: Exception) -> Response | tuple[str, int]:
         # Flask calls error handlers inside its own `except` block, so the traceback is there to log.
         log.exception("unhandled error on %s %s", request.method, request.path)  # noqa: LOG004
         if is_api_path(request.path):
-            code = next((c for prefix, c in INTERNAL_ERROR_CODES if request.path.startswith(prefix)),
-                        "internal_error")
-            return error_response(ApiError(code))
+            return error_response(ApiError(internal_error_code(request.path)))
         return "Internal server error.", 500

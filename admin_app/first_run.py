@@ -58,7 +58,7 @@ def _check_name_is_free(db: Session, username: str) -> None:
                        f"choose another name, or `bailing-admin admins set-role {username} admin`.")
 
 
-def _dry_run(hub, username: str, doc: dict | None, base_dir: Path | None) -> None:
+def _dry_run(hub, username: str, config: tuple[dict, Path] | None) -> None:
     """Every check that needs the database, against the schema as the upgrade will leave it, in a
     transaction that is always rolled back."""
     with hub.db.engine.connect() as conn:
@@ -75,8 +75,8 @@ def _dry_run(hub, username: str, doc: dict | None, base_dir: Path | None) -> Non
             with Session(bind=conn) as db:
                 if not _admins(db):
                     _check_name_is_free(db, username)
-                if doc is not None:
-                    validate_config(db, doc, base_dir)
+                if config is not None:
+                    validate_config(db, *config)
         finally:
             conn.rollback()
 
@@ -112,15 +112,15 @@ def initialize(hub, username: str, password: str | None, config_file: Path | Non
     if not USERNAME.match(username):
         raise ApiError("invalid_request", "--admin must match ^[a-z0-9][a-z0-9._-]{1,63}$")
     generated = password is None
-    if generated:
+    if password is None:
         password = generate_password()
     check_password(password)
-    doc = base_dir = None
+    # The document and the folder its relative paths start from.
+    given: tuple[dict, Path] | None = None
     if config_file is not None:
-        doc = load_file(config_file)
-        base_dir = Path(config_file).resolve().parent
+        given = (load_file(config_file), Path(config_file).resolve().parent)
 
-    _dry_run(hub, username, doc, base_dir)
+    _dry_run(hub, username, given)
     applied = migrations.upgrade(hub.db.conninfo(), hub.settings.sql_dir)
     with hub.db.session() as db:
         db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": INIT_LOCK_KEY})
@@ -130,7 +130,7 @@ def initialize(hub, username: str, password: str | None, config_file: Path | Non
             admin = create_admin(db, username, "admin", password)
             if generated:
                 admin["password"] = password
-        config = apply_config(db, doc, base_dir) if doc is not None else None
+        config = apply_config(db, *given) if given is not None else None
         # Only apps without a token: issuing again would rotate, cutting off a working backend.
         apps = list(db.scalars(select(ClientApp.app_id).where(ClientApp.client_token_hash.is_(None))
                                .order_by(ClientApp.app_id)))

@@ -2,19 +2,114 @@
 and the tests import them from here, and tests/test_limits.py checks that the OpenAPI documents
 state the same numbers. Change a limit here and nowhere else.
 
-Text lengths are UTF-16 code units (what the specs count), sizes are bytes of UTF-8.
+A contract limit is one a client can meet: a refusal (or a clamp) on one of the three APIs, in
+the configuration a hub accepts, or on a business system's side of a call. Tunables nobody
+outside sees (cache sizes, the console's display bounds) stay beside the code that uses them.
+The agent SDK (admin_app/agent_sdk) is a client and keeps its own copy of what it checks.
+
+Text lengths are as the validators count them: UTF-16 code units (what the specs count) unless
+the name says bytes, which are bytes of UTF-8.
 """
 from __future__ import annotations
+
+KIB = 1024
+MIB = 1024 * KIB
 
 # ---------------------------------------------------------------- conversation audit
 AUDIT_BATCH_MAX_EVENTS = 50                    # events in one append
 AUDIT_TEXT_MAX_UNITS = 64000                   # one message's content
-AUDIT_BATCH_TEXT_MAX_BYTES = 256 * 1024        # content of one append
+AUDIT_BATCH_TEXT_MAX_BYTES = 256 * KIB         # content of one append
 AUDIT_ARCHIVE_MAX_EVENTS = 20000               # events in one archive
-AUDIT_ARCHIVE_MAX_TEXT_BYTES = 16 * 1024 * 1024
-AUDIT_ENVELOPE_MAX_BYTES = 2 * 1024 * 1024     # any POST body of the surface
+AUDIT_ARCHIVE_MAX_TEXT_BYTES = 16 * MIB
+AUDIT_ENVELOPE_MAX_BYTES = 2 * MIB             # any POST body of the surface
 AUDIT_MAX_MEMBERS = 64
 AUDIT_LABEL_MAX_UNITS = 128
 # Admin API paging: (default, minimum, maximum); values outside are clamped, never refused.
 AUDIT_LIST_LIMIT = (50, 1, 100)
 AUDIT_EVENTS_LIMIT = (100, 1, 200)
+
+# ---------------------------------------------------------------- agent runtime: turns and runs
+RUNTIME_BODY_MAX_BYTES = 512 * KIB             # turns and completions
+SEARCH_BODY_MAX_BYTES = 8 * KIB                # capability and knowledge search
+SMALL_BODY_MAX_BYTES = 64 * KIB                # the runtime's other POST bodies
+USER_INPUT_MAX = 64000
+COMPLETION_CONTENT_MAX = 64000
+RUN_NAME_MAX = 191                             # a completion's model and runtime
+CLIENT_ID_MAX = 128                            # client conversation, turn and message ids
+PAGE_CONTEXT_MAX_BYTES = 16 * KIB              # UTF-8 bytes of JSON.stringify(page_context)
+PAGE_HINT_MAX = 500                            # each page field that steers the turn
+TURN_MAX_RENDERERS = 20
+MEMORY_ID_MAX = 191                            # ids in a turn's execution summaries
+CAPABILITY_QUERY_MAX = 2000
+CAPABILITY_SEARCH_MAX_RESULTS = 12
+# Workspace profiles as routes configure them and bootstrap shows them.
+ACTIVE_TOOLS_DEFAULT = 8
+ACTIVE_TOOLS_MAX = 12                          # the official client refuses a turn with more
+WORKSPACE_NAME_MAX = 128
+WORKSPACE_DESCRIPTION_MAX = 1000
+# The official client refuses a longer workspace list; the hub does not cut the list it sends.
+WORKSPACES_LIST_MAX = 128
+SYSTEM_PROMPT_MAX = 40000
+CLIENT_INSTRUCTIONS_MAX = 20000
+# A route as the configuration declares it.
+ROUTE_NAME_MAX = 191
+ROUTE_DESCRIPTION_MAX = 2000
+# A route's business-system description (system-info), within the official client's limits.
+SYSTEM_NAME_MAX = 120
+SYSTEM_SUMMARY_MAX = 400
+SYSTEM_MAX_DOMAINS = 6
+SYSTEM_DOMAIN_MAX = 120
+SYSTEM_MAX_BOUNDARIES = 6
+SYSTEM_BOUNDARY_MAX = 160
+
+# ---------------------------------------------------------------- knowledge
+KNOWLEDGE_INLINE_MAX = 3000                    # a chunk's text inline in a turn
+KNOWLEDGE_TITLE_MAX = 300
+KNOWLEDGE_HINT_MAX = 240
+KNOWLEDGE_READ_MAX = 16000                     # characters of a chunk one read returns
+KNOWLEDGE_SEARCH_MAX_RESULTS = 20
+KNOWLEDGE_QUERY_MAX = 1000
+KNOWLEDGE_DOCUMENT_MAX_BYTES = 5 * MIB         # one document a route's knowledge loads
+
+# ---------------------------------------------------------------- tools and invocations
+TOOL_DESCRIPTION_MAX = 500
+TOOL_GUIDANCE_MAX = 32768
+TOOL_GUIDANCE_MAX_BYTES = 64 * KIB
+TOOL_SCOPE_MAX = 191
+TOOL_SCHEMA_MAX_DEPTH = 16                     # of a tool's public input schema
+TOOL_SCHEMA_MAX_BYTES = 64 * KIB               # the official client refuses a larger one
+INVOCATION_ARGUMENTS_MAX_BYTES = 1 * MIB
+INVOCATION_ENVELOPE_MAX_BYTES = 2 * MIB
+RESUME_BODY_MAX_BYTES = 1 * KIB
+INVOCATION_SUMMARY_MAX = 240
+RESULT_TEXT_MAX = 8192
+BUSINESS_RESPONSE_MAX_BYTES = 2 * MIB          # what the hub reads of a business system's answer
+SIGNATURE_MAX_CLOCK_SKEW_SECONDS = 300         # a business system accepts either side of its clock
+
+# ---------------------------------------------------------------- agent auth
+AUTH_BODY_MAX_BYTES = 64 * KIB
+WITHDRAW_BODY_MAX_BYTES = 4 * KIB              # POST /authorizations/{id}/revoke
+AUTHORIZATIONS_PER_WINDOW = 10                 # per address and client
+AUTHORIZATION_WINDOW_SECONDS = 60
+AUTH_MAX_ROUTES = 64
+CALLBACK_MAX = 2048                            # redirect_uri, and a client's authorization page
+STATE_LENGTH = (8, 512)
+DEVICE_LABEL_MAX = 128
+ON_BEHALF_OF_MAX = 191
+SUBJECT_DISPLAY_NAME_MAX = 120
+GRANT_FIELD_MAX = 8192                         # code, redirect_uri, verifier, refresh token
+SESSION_SUBJECT_MAX = 255                      # a session an operator issues
+# The principal a business backend approves with.
+PRINCIPAL_FIELD_MAX = {"id": 128, "tenant": 128, "audience": 64, "channel": 128}
+PRINCIPAL_MAX_ROLES = 64
+PRINCIPAL_ROLE_MAX = 64
+
+# ---------------------------------------------------------------- admin API and admins
+ADMIN_BODY_MAX_BYTES = 64 * KIB
+# Approvals paging (default, minimum, maximum); values outside are refused.
+APPROVALS_LIMIT = (50, 1, 100)
+APPROVALS_OFFSET_MAX = 10**9
+APPROVAL_REASON_MAX = 2000
+PASSWORD_LENGTH = (12, 1024)
+TOKEN_DAYS_DEFAULT = 90
+TOKEN_DAYS_MAX = 3650

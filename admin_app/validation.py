@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 RESOURCE_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]{1,63}$")
@@ -90,6 +90,15 @@ def _may_hold_unstorable(text: str) -> bool:
     return False
 
 
+def repeats(keys: Iterable[str]) -> Iterator[str]:
+    """Each key that came before, in the order its repeats come."""
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            yield key
+        seen.add(key)
+
+
 def strict_json_loads(raw: str | bytes) -> Any:
     """json.loads that refuses duplicate keys, NaN/Infinity, and strings PostgreSQL cannot store,
     instead of silently picking, converting or failing later."""
@@ -100,8 +109,7 @@ def strict_json_loads(raw: str | bytes) -> Any:
     def pairs(items):
         obj = dict(items)
         if len(obj) != len(items):
-            seen = set()
-            duplicate = next(key for key, _ in items if key in seen or seen.add(key))
+            duplicate = next(repeats(key for key, _ in items))
             raise ValueError(f"duplicate key {duplicate!r}")
         if check_strings:
             for key, value in items:
@@ -179,7 +187,7 @@ def join(path: str, key: str | int) -> str:
 class Checker:
     """Collects problems; each check returns the value when valid, else None."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.problems: list[tuple[str, str]] = []
 
     @classmethod

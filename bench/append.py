@@ -27,9 +27,10 @@ import psycopg
 from common import (EXAMPLES, LeanClient, bearer, bench_hub, create_archive, events, finish,
                     ratio, target)
 
+from admin_app import limits
 from admin_app.canonical import sha256_json
 
-BATCH = 50
+BATCH = limits.AUDIT_BATCH_MAX_EVENTS
 WINDOW = 1000  # events in the "first" and "last" windows of the rate curve
 WARMUP = 2000  # events of the unmeasured first round
 

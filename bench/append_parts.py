@@ -19,21 +19,22 @@ from pathlib import Path
 
 from common import EXAMPLES, Operator, bearer, events, fresh_database
 
-from admin_app import create_app, db
+from admin_app import create_app, db, limits
 from admin_app.api import agent_audit, auth
+from admin_app.conversation_audit import archives as audit_archives
 from admin_app.conversation_audit import events as audit_events
 
-BATCH = 50
+BATCH = limits.AUDIT_BATCH_MAX_EVENTS
 
-# (label, module, function name), in the order printed; indented labels nest in the one above.
+# (label, module or class, function name), in the order printed; indented labels nest in the one above.
 PARTS = (
     ("bearer check (BEGIN, then the session: two round trips)", auth, "authenticate_access"),
     ("read and parse the body", agent_audit, "read_json_object"),
     ("append", audit_events, "append"),
-    ("  validate the events", audit_events, "_validate"),
+    ("  validate the events", audit_events, "validate_batch"),
     ("  archive lock, members, share locks, earlier use (one round trip)", audit_events,
      "locked_archive_for_member"),
-    ("  revalidate the members", audit_events, "check_locked"),
+    ("  revalidate the members", audit_archives.LockedArchive, "check_bindings"),
     ("  hash each event", audit_events, "sha256_json"),
     ("insert, header and COMMIT (one round trip)", db, "_commit"),
     ("answer", agent_audit, "jsonify"),

@@ -39,6 +39,8 @@ if str(PROJECT_ROOT) not in sys.path:
 import psycopg  # noqa: E402
 import requests  # noqa: E402
 
+from admin_app import limits  # noqa: E402
+
 AUDITS = "/agent-api/v1/conversation-audits"
 ADMIN = "/admin/api/conversation-audits"
 CREATE_V2 = "bailing.agent-conversation-audit-create.v2"
@@ -47,14 +49,14 @@ CONFLICT = "conversation_audit_conflict"
 PASSWORD = "load test password, long enough"
 PRINCIPAL = {"id": "user-42", "tenant": "tenant-7", "roles": ["clerk"]}
 
-# Limits from the spec: a batch holds 1-50 events, a text at most 64,000 UTF-16 code units, an
-# archive at most 20,000 events and 16 MiB of text; event pages cap at 200.
-BATCH_MAX = 50
-TEXT_MAX_UNITS = 64000
-ARCHIVE_MAX_EVENTS = 20000
-ARCHIVE_MAX_TEXT = 16 * 1024 * 1024
-BATCH_TEXT_MAX = 256 * 1024
-PAGE_MAX = 200
+# The spec's limits: events per batch, UTF-16 units per text, events and text per archive, events
+# per page.
+BATCH_MAX = limits.AUDIT_BATCH_MAX_EVENTS
+TEXT_MAX_UNITS = limits.AUDIT_TEXT_MAX_UNITS
+ARCHIVE_MAX_EVENTS = limits.AUDIT_ARCHIVE_MAX_EVENTS
+ARCHIVE_MAX_TEXT = limits.AUDIT_ARCHIVE_MAX_TEXT_BYTES
+BATCH_TEXT_MAX = limits.AUDIT_BATCH_TEXT_MAX_BYTES
+PAGE_MAX = limits.AUDIT_EVENTS_LIMIT[2]
 # Sizes a writer picks from; 1 and the maximum are both common on purpose.
 BATCH_SIZES = (1, 2, 3, 5, 8, 13, 21, 34, 49, 50, 50)
 PAGE_LIMITS = (1, 7, 50, 100, 200)

@@ -19,8 +19,10 @@ import requests
 from common import (EXAMPLES, append_batches, bearer, bench_hub, console_login, create_archive,
                     finish, interleaved, ratio, target)
 
-TOTAL = 20000
-PAGE = 200
+from admin_app import limits
+
+TOTAL = limits.AUDIT_ARCHIVE_MAX_EVENTS
+PAGE = limits.AUDIT_EVENTS_LIMIT[2]
 DEEP = TOTAL - PAGE
 
 

@@ -22,6 +22,7 @@ from werkzeug.serving import make_server
 
 from admin_app import create_app, embedded_pg, migrations
 from admin_app.config import PROJECT_ROOT
+from tests.helpers import apply_config
 
 SQL_DIR = PROJECT_ROOT / "sql"
 EXAMPLES = PROJECT_ROOT / "examples"
@@ -280,6 +281,12 @@ def run_cli_process(args: list[str], db_url: str | None, *, data_dir: Path | Non
         [sys.executable, "-m", "admin_app.cli", *args], env=env, input=input,
         capture_output=True, text=True, timeout=120,
     )
+
+
+@pytest.fixture
+def apply(cli, tmp_path):
+    """`apply(doc)`: the configuration `doc` applied, which must be accepted; returns the report."""
+    return lambda doc: apply_config(cli, tmp_path, doc)
 
 
 @pytest.fixture

@@ -12,28 +12,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
-from tests.test_console_server import PASSWORD, Browser, flashes, location, make_admin, signed_in
+from tests.helpers import NEW_PASSWORD, PASSWORD, bearer, cli_ok, cli_refused, make_admin, row_count
+from tests.test_console_server import Browser, flashes, location, signed_in
 
-NEW_PASSWORD = "a brand new long password"
 OPERATOR = f"cli:{getpass.getuser()}"  # how a change made at the command line is signed
 SIGN_IN = "/console/login"
-
-
-def ok(result):
-    code, out, err = result
-    assert code == 0, err
-    return out
-
-
-def refused(result, error: str):
-    code, out, err = result
-    assert code == 1, out
-    assert err["error"] == error, err
-    return err
-
-
-def count(sql, table: str) -> int:
-    return sql(f"SELECT count(*) FROM {table}")[0][0]
 
 
 def events(sql) -> list[tuple]:
@@ -62,10 +45,6 @@ def admin_api_routes(app) -> list[str]:
     return paths
 
 
-def bearer(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
-
-
 def refused_everywhere(app, server, token: str) -> None:
     for path in admin_api_routes(app):
         response = server.get(path, headers=bearer(token))
@@ -79,7 +58,7 @@ def refused_everywhere(app, server, token: str) -> None:
 @pytest.fixture
 def alice_token(cli):
     make_admin(cli, "alice", "admin")
-    return ok(cli("admins", "token", "alice"))
+    return cli_ok(cli("admins", "token", "alice"))
 
 
 # ================================================================ CLI
@@ -87,9 +66,9 @@ def alice_token(cli):
 def test_list_shows_every_admin_with_state_sessions_and_tokens(cli, server):
     make_admin(cli, "alice", "admin")
     make_admin(cli, "bob", "support")
-    ok(cli("admins", "token", "alice"))
+    cli_ok(cli("admins", "token", "alice"))
     signed_in(server.url, "bob")
-    out = ok(cli("admins", "list"))
+    out = cli_ok(cli("admins", "list"))
     assert [(a["username"], a["role"], a["disabled"], a["open_sessions"], a["live_tokens"])
             for a in out["admins"]] == [("alice", "admin", False, 0, 1), ("bob", "support", False, 1, 0)]
     for admin in out["admins"]:
@@ -98,8 +77,8 @@ def test_list_shows_every_admin_with_state_sessions_and_tokens(cli, server):
 
 def test_a_token_expires_after_90_days_by_default_or_after_days(cli, sql):
     make_admin(cli, "alice", "admin")
-    default = ok(cli("admins", "token", "alice"))
-    short = ok(cli("admins", "token", "alice", "--days", "7"))
+    default = cli_ok(cli("admins", "token", "alice"))
+    short = cli_ok(cli("admins", "token", "alice", "--days", "7"))
     for out, days in ((default, 90), (short, 7)):
         created = datetime.fromisoformat(out["created_at"].replace("Z", "+00:00"))
         expires = datetime.fromisoformat(out["expires_at"].replace("Z", "+00:00"))
@@ -112,16 +91,16 @@ def test_a_token_expires_after_90_days_by_default_or_after_days(cli, sql):
 @pytest.mark.parametrize("days", ["0", "-1", "3651"])
 def test_a_token_with_an_impossible_lifetime_is_refused(cli, sql, days):
     make_admin(cli, "alice", "admin")
-    before = count(sql, "bz_admin_events")
-    refused(cli("admins", "token", "alice", "--days", days), "invalid_request")
-    assert count(sql, "bz_admin_tokens") == 0 and count(sql, "bz_admin_events") == before
+    before = row_count(sql, "bz_admin_events")
+    cli_refused(cli("admins", "token", "alice", "--days", days), "invalid_request")
+    assert row_count(sql, "bz_admin_tokens") == 0 and row_count(sql, "bz_admin_events") == before
 
 
 def test_a_live_token_works_and_its_last_use_is_kept(app, server, cli, sql, alice_token):
     assert sql("SELECT last_used_at FROM bz_admin_tokens") == [(None,)]
     response = server.get("/admin/api/me", headers=bearer(alice_token["token"]))
     assert response.status_code == 200
-    used = ok(cli("admins", "tokens", "list", "alice"))["tokens"]
+    used = cli_ok(cli("admins", "tokens", "list", "alice"))["tokens"]
     assert [(t["token_id"], t["status"], t["revoked_at"]) for t in used] == [(alice_token["token_id"], "live", None)]
     last = datetime.fromisoformat(used[0]["last_used_at"].replace("Z", "+00:00"))
     assert datetime.now(UTC) - last < timedelta(minutes=1)
@@ -132,12 +111,12 @@ def test_an_expired_token_is_401_on_every_admin_route(app, server, cli, sql, ali
     assert server.get("/admin/api/me", headers=bearer(alice_token["token"])).status_code == 200
     sql("UPDATE bz_admin_tokens SET expires_at = now() - interval '1 second'")
     refused_everywhere(app, server, alice_token["token"])
-    assert ok(cli("admins", "tokens", "list", "alice"))["tokens"][0]["status"] == "expired"
+    assert cli_ok(cli("admins", "tokens", "list", "alice"))["tokens"][0]["status"] == "expired"
 
 
 def test_a_revoked_token_is_401_on_every_admin_route_and_others_keep_working(app, server, cli, sql, alice_token):
-    other = ok(cli("admins", "token", "alice"))
-    out = ok(cli("admins", "tokens", "revoke", "alice", "--id", str(alice_token["token_id"])))
+    other = cli_ok(cli("admins", "token", "alice"))
+    out = cli_ok(cli("admins", "tokens", "revoke", "alice", "--id", str(alice_token["token_id"])))
     assert out == {"username": "alice", "revoked": [alice_token["token_id"]]}
     refused_everywhere(app, server, alice_token["token"])
     assert server.get("/admin/api/me", headers=bearer(other["token"])).status_code == 200
@@ -145,9 +124,9 @@ def test_a_revoked_token_is_401_on_every_admin_route_and_others_keep_working(app
                "WHERE action = 'token_revoked'") == [
         (OPERATOR, "token_revoked", "alice", str(alice_token["token_id"]))]
 
-    ok(cli("admins", "tokens", "revoke", "alice", "--all"))
+    cli_ok(cli("admins", "tokens", "revoke", "alice", "--all"))
     refused_everywhere(app, server, other["token"])
-    assert [t["status"] for t in ok(cli("admins", "tokens", "list", "alice"))["tokens"]] == ["revoked", "revoked"]
+    assert [t["status"] for t in cli_ok(cli("admins", "tokens", "list", "alice"))["tokens"]] == ["revoked", "revoked"]
 
 
 @pytest.mark.parametrize("args, error", [
@@ -156,37 +135,37 @@ def test_a_revoked_token_is_401_on_every_admin_route_and_others_keep_working(app
     (("--id", "1", "--all"), "invalid_request"),
 ], ids=["unknown-id", "neither", "both"])
 def test_token_revocation_refusals_change_nothing(cli, sql, alice_token, args, error):
-    before = (tokens_state(sql), count(sql, "bz_admin_events"))
-    refused(cli("admins", "tokens", "revoke", "alice", *args), error)
-    assert (tokens_state(sql), count(sql, "bz_admin_events")) == before
+    before = (tokens_state(sql), row_count(sql, "bz_admin_events"))
+    cli_refused(cli("admins", "tokens", "revoke", "alice", *args), error)
+    assert (tokens_state(sql), row_count(sql, "bz_admin_events")) == before
 
 
 def test_anothers_token_id_cannot_be_revoked_through_an_admin(cli, sql, alice_token):
     make_admin(cli, "bob", "support")
     before = tokens_state(sql)
-    refused(cli("admins", "tokens", "revoke", "bob", "--id", str(alice_token["token_id"])), "token_not_found")
+    cli_refused(cli("admins", "tokens", "revoke", "bob", "--id", str(alice_token["token_id"])), "token_not_found")
     assert tokens_state(sql) == before
 
 
 def test_disable_refuses_sign_in_and_tokens_and_ends_sessions_and_enable_restores(app, server, cli, sql, alice_token):
     browser = signed_in(server.url, "alice")
-    out = ok(cli("admins", "disable", "alice"))
+    out = cli_ok(cli("admins", "disable", "alice"))
     assert out == {"username": "alice", "role": "admin", "disabled": True}
 
     assert location(browser.get("/console/conversations/")).startswith(SIGN_IN)
     assert sql("SELECT end_reason FROM bz_console_sessions") == [("admin_disabled",)]
     assert Browser(server.url).login("alice").status_code == 401
     refused_everywhere(app, server, alice_token["token"])
-    refused(cli("admins", "token", "alice"), "admin_disabled")
+    cli_refused(cli("admins", "token", "alice"), "admin_disabled")
 
-    ok(cli("admins", "enable", "alice"))
+    cli_ok(cli("admins", "enable", "alice"))
     assert Browser(server.url).login("alice").status_code == 303
     assert server.get("/admin/api/me", headers=bearer(alice_token["token"])).status_code == 200
     assert events(sql)[-2:] == [(OPERATOR, "admin_disabled", "alice"), (OPERATOR, "admin_enabled", "alice")]
 
 
 def test_set_role_changes_what_the_admin_may_do(server, cli, sql, alice_token):
-    out = ok(cli("admins", "set-role", "alice", "support"))
+    out = cli_ok(cli("admins", "set-role", "alice", "support"))
     assert out == {"username": "alice", "role": "support", "permissions": ["runs:read"]}
     response = server.get("/admin/api/tool-approvals", headers=bearer(alice_token["token"]))
     assert response.status_code == 403
@@ -205,15 +184,15 @@ def test_set_role_changes_what_the_admin_may_do(server, cli, sql, alice_token):
 ], ids=["bad-role", "role-unknown", "disable-unknown", "enable-unknown", "end-unknown", "list-unknown",
         "revoke-unknown"])
 def test_lifecycle_refusals_change_nothing(cli, sql, alice_token, args, error):
-    before = (admin_state(sql), tokens_state(sql), count(sql, "bz_admin_events"))
-    refused(cli("admins", *args), error)
-    assert (admin_state(sql), tokens_state(sql), count(sql, "bz_admin_events")) == before
+    before = (admin_state(sql), tokens_state(sql), row_count(sql, "bz_admin_events"))
+    cli_refused(cli("admins", *args), error)
+    assert (admin_state(sql), tokens_state(sql), row_count(sql, "bz_admin_events")) == before
 
 
 def test_reset_password_ends_every_session_and_only_the_new_password_works(server, cli, sql):
     make_admin(cli, "alice", "auditor")
     browser = signed_in(server.url, "alice")
-    out = ok(cli("admins", "reset-password", "alice", "--password-stdin", input=NEW_PASSWORD + "\n"))
+    out = cli_ok(cli("admins", "reset-password", "alice", "--password-stdin", input=NEW_PASSWORD + "\n"))
     assert out == {"username": "alice", "sessions_ended": 1}
     assert location(browser.get("/console/conversations/")).startswith(SIGN_IN)
     assert Browser(server.url).login("alice").status_code == 401
@@ -223,15 +202,15 @@ def test_reset_password_ends_every_session_and_only_the_new_password_works(serve
 
 def test_reset_password_refuses_a_short_one_and_changes_nothing(cli, sql):
     make_admin(cli, "alice", "auditor")
-    before = (admin_state(sql), count(sql, "bz_admin_events"))
-    refused(cli("admins", "reset-password", "alice", "--password-stdin", input="short\n"), "invalid_request")
-    assert (admin_state(sql), count(sql, "bz_admin_events")) == before
+    before = (admin_state(sql), row_count(sql, "bz_admin_events"))
+    cli_refused(cli("admins", "reset-password", "alice", "--password-stdin", input="short\n"), "invalid_request")
+    assert (admin_state(sql), row_count(sql, "bz_admin_events")) == before
 
 
 def test_sessions_end_signs_the_admin_out_everywhere(server, cli, sql):
     make_admin(cli, "alice", "auditor")
     first, second = signed_in(server.url, "alice"), signed_in(server.url, "alice")
-    assert ok(cli("admins", "sessions", "end", "alice")) == {"username": "alice", "sessions_ended": 2}
+    assert cli_ok(cli("admins", "sessions", "end", "alice")) == {"username": "alice", "sessions_ended": 2}
     for browser in (first, second):
         assert location(browser.get("/console/conversations/")).startswith(SIGN_IN)
     assert events(sql)[-1] == (OPERATOR, "sessions_ended", "alice")
@@ -265,7 +244,7 @@ def test_only_the_admin_role_gets_the_admins_page(server, cli, sql, role):
     browser = signed_in(server.url, "carl")
     assert browser.get("/console/admins/").status_code == 403
     assert browser.get("/console/admins/dora").status_code == 403
-    before = (admin_state(sql), count(sql, "bz_console_sessions"), count(sql, "bz_admin_events"))
+    before = (admin_state(sql), row_count(sql, "bz_console_sessions"), row_count(sql, "bz_admin_events"))
     token = browser.token()
     for action in ("disable", "role", "password", "tokens/revoke", "sessions/end"):
         response = browser.post(f"/console/admins/dora/{action}", data={"csrf_token": token, "role": "admin",
@@ -273,7 +252,7 @@ def test_only_the_admin_role_gets_the_admins_page(server, cli, sql, role):
         assert response.status_code == 403, action
     assert browser.post("/console/admins/", data={"csrf_token": token, "username": "eve", "role": "admin",
                                                   "password": NEW_PASSWORD}).status_code == 403
-    assert (admin_state(sql), count(sql, "bz_console_sessions"), count(sql, "bz_admin_events")) == before
+    assert (admin_state(sql), row_count(sql, "bz_console_sessions"), row_count(sql, "bz_admin_events")) == before
     assert browser.get("/console/account").status_code == 200  # one's own account is for everyone
 
 
@@ -300,10 +279,10 @@ def test_disable_in_the_console_ends_their_session_and_is_shown(server, boss, sq
 
 
 def test_an_admin_cannot_disable_or_demote_themselves(boss, sql):
-    before = (admin_state(sql), count(sql, "bz_admin_events"))
+    before = (admin_state(sql), row_count(sql, "bz_admin_events"))
     assert act(boss, "/console/admins/boss/disable") == ["You cannot disable your own account."]
     assert act(boss, "/console/admins/boss/role", role="support") == ["You cannot change the role of your own account."]
-    assert (admin_state(sql), count(sql, "bz_admin_events")) == before
+    assert (admin_state(sql), row_count(sql, "bz_admin_events")) == before
     assert boss.get("/console/admins/").status_code == 200
 
 
@@ -319,7 +298,7 @@ def test_role_change_and_password_reset_in_the_console(server, boss, sql):
 
 
 def test_console_refusals_change_nothing(boss, sql):
-    before = (admin_state(sql), count(sql, "bz_admin_events"))
+    before = (admin_state(sql), row_count(sql, "bz_admin_events"))
     assert act(boss, "/console/admins/carl/role", role="root") == [
         "role must be one of: admin, auditor, approver, support"]
     assert act(boss, "/console/admins/carl/password", password="short") == [
@@ -328,12 +307,12 @@ def test_console_refusals_change_nothing(boss, sql):
         "username must match")
     assert act(boss, "/console/admins/", username="carl", role="admin", password=NEW_PASSWORD) == [
         "An admin named carl already exists."]
-    assert (admin_state(sql), count(sql, "bz_admin_events")) == before
+    assert (admin_state(sql), row_count(sql, "bz_admin_events")) == before
     assert boss.get("/console/admins/nobody").status_code == 404
 
 
 def test_tokens_are_listed_and_revoked_in_the_console(app, server, cli, boss, sql):
-    token = ok(cli("admins", "token", "carl"))
+    token = cli_ok(cli("admins", "token", "carl"))
     page = boss.get("/console/admins/carl").text
     assert f"<td>{token['token_id']}</td>" in page and "live" in page and token["token"] not in page
     assert act(boss, "/console/admins/carl/tokens/revoke", token_id=str(token["token_id"])) == ["Revoked."]

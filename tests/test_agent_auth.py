@@ -18,7 +18,6 @@ import shutil
 import stat
 import threading
 from datetime import UTC, datetime, timedelta
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
@@ -27,6 +26,7 @@ from admin_app.agent_client import AgentAuthError, AgentSessionFile, login, pkce
 from admin_app.demo.business import create_business_app
 
 from .conftest import DEMO_SECRETS, EXAMPLES, LiveServer
+from .helpers import assert_error, bearer, query_of
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -39,25 +39,12 @@ BOOTSTRAP = f"/agent-api/v1/workspaces/{ROUTE}/bootstrap"
 AGENT_TABLES = ("bz_agent_authorizations", "bz_agent_sessions", "bz_agent_refresh_history")
 
 
-def bearer(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
-
-
 def fake_client_token() -> str:
     return "bzct_" + secrets.token_urlsafe(32)
 
 
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
-
-
-def query_of(url: str) -> dict:
-    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
-
-
-def refused(response: requests.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.json()["error"] == code, response.text
 
 
 # ================================================================ the hub and the business system
@@ -371,7 +358,7 @@ def test_an_authorization_points_at_the_business_page(hub):
 def test_create_refusals_leave_nothing(hub, overrides, code):
     sessions = hub.sessions()
     response, _, _ = hub.create(**overrides)
-    refused(response, 400, code)
+    assert_error(response, 400, code)
     assert hub.sql("SELECT count(*) FROM bz_agent_authorizations")[0][0] == 0
     assert hub.sessions() == sessions
 
@@ -388,7 +375,7 @@ def test_approving_more_than_allowed_is_refused(hub, client, requested, approved
     if narrow_allowlist:  # the operator narrowed the client after the request was made
         hub.sql("UPDATE bz_client_apps SET allowed_routes = %s WHERE app_id = %s", ([ROUTE], client))
     sessions = hub.sessions()
-    refused(hub.approve(authorization_id, hub.tokens[client], approved), 403, "route_not_allowed")
+    assert_error(hub.approve(authorization_id, hub.tokens[client], approved), 403, "route_not_allowed")
     assert hub.status(authorization_id) == "pending"
     assert hub.sessions() == sessions
 
@@ -409,7 +396,7 @@ def test_only_the_owning_client_token_decides(hub, action, who, status, code):
         body = {} if action == "deny" else {"principal": PRINCIPAL, "on_behalf_of": "tenant-7:alice",
                                             "allowed_routes": [ROUTE]}
         response = hub.post(f"{path}/{action}", body, token)
-    refused(response, status, code)
+    assert_error(response, status, code)
     assert hub.status(authorization_id) == "pending"
     assert hub.sessions() == 0
 
@@ -419,7 +406,7 @@ def test_only_the_owning_client_token_decides(hub, action, who, status, code):
 def test_a_decided_authorization_is_terminal(hub, first, second):
     authorization_id, _, _ = hub.authorization()
     assert getattr(hub, first)(authorization_id).status_code == 200
-    refused(getattr(hub, second)(authorization_id), 409, "invalid_state")
+    assert_error(getattr(hub, second)(authorization_id), 409, "invalid_state")
     assert hub.status(authorization_id) == {"approve": "approved", "deny": "denied"}[first]
     assert hub.sessions() == 0
 
@@ -431,8 +418,8 @@ def test_an_expired_authorization_is_gone(hub):
     context = hub.context(authorization_id)
     assert context.status_code == 200 and context.json()["status"] == "expired", context.text
     assert context.json()["expires_in"] == 0
-    refused(hub.approve(authorization_id), 410, "expired")
-    refused(hub.deny(authorization_id), 410, "expired")
+    assert_error(hub.approve(authorization_id), 410, "expired")
+    assert_error(hub.deny(authorization_id), 410, "expired")
     assert hub.sql("SELECT code_hash FROM bz_agent_authorizations WHERE id = %s", (authorization_id,))[0][0] is None
     assert hub.sessions() == 0
 
@@ -481,7 +468,7 @@ def test_a_mismatched_code_exchange_is_refused_without_a_session(hub, mismatch):
         hub.sql("UPDATE bz_agent_authorizations SET code_expires_at = now() - interval '1 second' "
                 "WHERE id = %s", (grant["authorization_id"],))
     response = hub.exchange(grant, **overrides)
-    refused(response, 400, "invalid_grant")
+    assert_error(response, 400, "invalid_grant")
     assert "access_token" not in response.json()
     assert hub.sessions() == 0
     assert hub.sql("SELECT status, session_id FROM bz_agent_authorizations")[0] == ("approved", None)
@@ -493,13 +480,13 @@ def test_a_replayed_code_revokes_the_session_it_issued(hub):
     assert first.status_code == 200, first.text
     tokens = first.json()
     assert hub.access_works(tokens["access_token"])
-    refused(hub.exchange(grant), 400, "invalid_grant")
+    assert_error(hub.exchange(grant), 400, "invalid_grant")
     assert hub.sessions() == 1  # nothing new was issued
     assert hub.live_sessions() == 0  # and the first one is gone: fail closed
     assert hub.revoked_at(tokens["session_id"]) is not None
     assert not hub.access_works(tokens["access_token"])
     assert hub.get(BOOTSTRAP, tokens["access_token"]).status_code == 401
-    refused(hub.refresh(tokens["refresh_token"]), 400, "invalid_grant")
+    assert_error(hub.refresh(tokens["refresh_token"]), 400, "invalid_grant")
 
 
 # ================================================================ refresh
@@ -524,11 +511,11 @@ def test_refresh_rotates_both_tokens(hub):
 def test_reusing_a_rotated_refresh_token_revokes_the_session(hub):
     tokens = hub.session()
     rotated = hub.refresh(tokens["refresh_token"]).json()
-    refused(hub.refresh(tokens["refresh_token"]), 400, "invalid_grant")
+    assert_error(hub.refresh(tokens["refresh_token"]), 400, "invalid_grant")
     assert hub.revoked_at(tokens["session_id"]) is not None
     assert hub.live_sessions() == 0
     assert not hub.access_works(rotated["access_token"])
-    refused(hub.refresh(rotated["refresh_token"]), 400, "invalid_grant")
+    assert_error(hub.refresh(rotated["refresh_token"]), 400, "invalid_grant")
 
 
 @pytest.mark.parametrize("case", ["revoked", "expired", "other-client", "unknown", "access-token"])
@@ -547,7 +534,7 @@ def test_refresh_refusals(hub, case):
     else:
         token = tokens["access_token"]
     response = hub.refresh(token, client)
-    refused(response, 400, "invalid_grant")
+    assert_error(response, 400, "invalid_grant")
     assert "access_token" not in response.json()
     assert hub.sessions() == 1
     assert hub.sql("SELECT count(*) FROM bz_agent_refresh_history")[0][0] == 0
@@ -558,8 +545,8 @@ def test_refresh_refusals(hub, case):
 def test_the_owning_client_revokes_a_session(hub):
     tokens = hub.session()
     path = f"/sessions/{tokens['session_id']}/revoke"
-    refused(hub.post(path, {}, hub.tokens[OTHER]), 404, "not_found")
-    refused(hub.post(path, {}, fake_client_token()), 401, "unauthorized")
+    assert_error(hub.post(path, {}, hub.tokens[OTHER]), 404, "not_found")
+    assert_error(hub.post(path, {}, fake_client_token()), 401, "unauthorized")
     assert hub.revoked_at(tokens["session_id"]) is None
     assert hub.access_works(tokens["access_token"])
     response = hub.post(path, {}, hub.tokens[CLIENT])
@@ -568,12 +555,12 @@ def test_the_owning_client_revokes_a_session(hub):
     assert response.json()["already_revoked"] is False
     assert hub.revoked_at(tokens["session_id"]) is not None
     assert not hub.access_works(tokens["access_token"])
-    refused(hub.refresh(tokens["refresh_token"]), 400, "invalid_grant")
+    assert_error(hub.refresh(tokens["refresh_token"]), 400, "invalid_grant")
 
 
 def test_an_agent_revokes_its_own_session(hub):
     tokens = hub.session()
-    refused(hub.post("/revoke", {}, "bzat_" + secrets.token_urlsafe(32)), 401, "unauthorized")
+    assert_error(hub.post("/revoke", {}, "bzat_" + secrets.token_urlsafe(32)), 401, "unauthorized")
     unknown = hub.post("/revoke", {}, "bha_" + secrets.token_urlsafe(32))
     assert unknown.status_code == 200 and unknown.json() == {"revoked": True}, unknown.text
     assert hub.revoked_at(tokens["session_id"]) is None
@@ -583,7 +570,7 @@ def test_an_agent_revokes_its_own_session(hub):
     assert hub.revoked_at(tokens["session_id"]) is not None
     assert not hub.access_works(tokens["access_token"])
     assert hub.get(BOOTSTRAP, tokens["access_token"]).status_code == 401
-    refused(hub.refresh(tokens["refresh_token"]), 400, "invalid_grant")
+    assert_error(hub.refresh(tokens["refresh_token"]), 400, "invalid_grant")
 
 
 def test_an_agent_revokes_with_its_refresh_token(hub):

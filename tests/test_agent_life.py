@@ -24,6 +24,7 @@ from admin_app.demo.consent import DEMO_USERS
 from admin_app.demo.seed import demo_invocation_id
 
 from .conftest import serve
+from .helpers import row_counts
 
 
 class DemoHub:
@@ -279,23 +280,19 @@ def test_bailing_admin_agent_login_goes_through_the_consent_page(demo, cli, tmp_
     assert AgentClient(store).session().session_id == out["session_id"] != agent.session_id
 
 
-def count(sql, *tables: str) -> dict:
-    return {t: sql(f"SELECT count(*) FROM {t}")[0][0] for t in tables}
-
-
 def test_the_refusals_an_agent_meets_are_typed_and_write_nothing(demo, tmp_path, sql):
     alice = demo.sign_in(tmp_path, "alice", "crm-demo", "customers", "alice")
     key = {"client_conversation_id": "refusals", "client_turn_id": "t1", "user_message_id": "refusals-u1"}
     turn = alice.turn("customers", user_input="Find ACME.", **key)
     tables = ("bz_runs", "bz_messages", "bz_tool_invocations", "bz_tool_approvals",
               "bz_agent_conversation_archives", "bz_agent_conversation_events")
-    before = count(sql, *tables)
+    before = row_counts(sql, *tables)
 
     def refused(status: int, code: str, action) -> None:
         with pytest.raises(HubError) as caught:
             action()
         assert (caught.value.status, caught.value.public_code) == (status, code), caught.value
-        assert count(sql, *tables) == before
+        assert row_counts(sql, *tables) == before
 
     # the same turn key with another input
     refused(409, "turn_conflict", lambda: alice.turn("customers", user_input="Find Northwind.", **key))
@@ -321,7 +318,7 @@ def test_the_refusals_an_agent_meets_are_typed_and_write_nothing(demo, tmp_path,
 
     # a changed completion replay
     alice.complete(turn.run_id, assistant_message_id="refusals-a1", status="completed", content="Found ACME.")
-    before = count(sql, *tables)
+    before = row_counts(sql, *tables)
     refused(409, "run_completion_conflict", lambda: alice.complete(
         turn.run_id, assistant_message_id="refusals-a1", status="completed", content="Found nothing."))
     demo.check_envelopes()

@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from admin_app.catalog import store, text_bounds
+from admin_app import limits
+from admin_app.catalog import store
 from tests.conftest import EXAMPLES
 from tests.test_catalog_compiler import COMPILE_ERRORS, thing_doc
 
@@ -563,7 +564,7 @@ def test_a_compiler_change_alters_the_revision_without_a_new_document(hub, sql, 
     revision, tools = hub.revision(token), hub.tools(token)
     stored = sql("SELECT xmin::text, updated_at FROM bz_tool_providers ORDER BY name")
     try:
-        monkeypatch.setattr(text_bounds, "DESCRIPTION_MAX_CHARS", 10)
+        monkeypatch.setattr(limits, "TOOL_DESCRIPTION_MAX", 10)
         store._cache.clear()
         changed_tools, changed = hub.tools(token), hub.revision(token)
         assert changed != revision

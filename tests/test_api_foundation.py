@@ -16,12 +16,12 @@ from admin_app import create_app
 from admin_app.identity.roles import PERMISSIONS
 from admin_app.identity.tokens import hash_token
 from tests.conftest import serve
+from tests.helpers import admin_token, bearer
 
 SESSION = "/agent-auth/v1/session"
 REVOKE = "/agent-auth/v1/revoke"
 ME = "/admin/api/me"
 PRINCIPAL = {"id": "user-42", "tenant": "tenant-7", "roles": ["clerk"]}
-PASSWORD = "correct horse battery staple\n"
 UNKNOWN_ACCESS = "bha_" + "A" * 43  # well formed, issued to nobody
 JSON = {"Content-Type": "application/json"}
 
@@ -31,10 +31,6 @@ INTERNALS = ("traceback", 'file "', "sqlalchemy", "psycopg", "werkzeug", "site-p
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def bearer(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
-
 
 def assert_no_internals(text: str) -> None:
     lowered = text.lower()
@@ -91,17 +87,8 @@ def other_client(cli, configured, tmp_path) -> str:
 
 @pytest.fixture
 def make_admin(cli):
-    """Create an admin with a role and return a personal admin API token for them."""
-
-    def make(username: str, role: str) -> str:
-        code, out, err = cli("admins", "create", username, "--role", role, "--password-stdin",
-                             input=PASSWORD)
-        assert code == 0, err
-        code, out, err = cli("admins", "token", username)
-        assert code == 0, err
-        return out["token"]
-
-    return make
+    """`make_admin(username, role)`: a new admin's personal admin API token."""
+    return lambda username, role: admin_token(cli, username, role)
 
 
 # ----------------------------------------------------------------------------- 1. agent bearer

@@ -19,9 +19,10 @@ import psycopg
 import pytest
 import requests
 
-from admin_app import create_app, migrations
+from admin_app import create_app, limits, migrations
 from admin_app.canonical import sha256_json
 from tests.conftest import EXAMPLES, SQL_DIR, cli_of, run_cli_process, serve
+from tests.helpers import PASSWORD_LINE, admin_token, assert_error, assert_ok, bearer, session_bearer
 
 JSON = {"Content-Type": "application/json"}
 AUDITS = "/agent-api/v1/conversation-audits"
@@ -29,42 +30,22 @@ ADMIN = "/admin/api/conversation-audits"
 CAPABILITIES = AUDITS + "/capabilities"
 ROUTE = "customers"
 CONVERSATION = "conv-1"
-PASSWORD = "correct horse battery\n"
 ADMIN_NAMES = {"auditor": "alice", "support": "carol", "approver": "bob", "admin": "root"}
 HEADER_KEYS = {"conversation_id", "client_archive_id", "client_conversation_id", "client_app_id",
                "route_key", "state", "member_count", "confirmed_count", "last_sequence",
                "message_count", "turn_count", "last_turn_status", "created_at", "updated_at"}
 BINDING_KEYS = {"client_app_id", "route_key", "client_name"}
-MAX_EVENTS = 20_000
-MAX_TEXT_BYTES = 16 * 1024 * 1024
-ENVELOPE_MAX = 2 * 1024 * 1024
+MAX_EVENTS = limits.AUDIT_ARCHIVE_MAX_EVENTS
+MAX_TEXT_BYTES = limits.AUDIT_ARCHIVE_MAX_TEXT_BYTES
+ENVELOPE_MAX = limits.AUDIT_ENVELOPE_MAX_BYTES
 PRINCIPAL = {"id": "user-42", "tenant": "tenant-7", "roles": ["clerk"]}
 ON_BEHALF_OF = "tenant-7:user-42"
 
 
 # ----------------------------------------------------------------------------- helpers
 
-def auth(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
-
-
 def agent_post(live, session: dict, path: str, body) -> requests.Response:
-    return live.post(path, json=body, headers={**auth(session["access_token"]), **JSON})
-
-
-def assert_error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers.get("Cache-Control") == "no-store"
-    body = response.json()
-    assert body["error"] == code, body
-    assert isinstance(body.get("message"), str) and body["message"]
-    return body
-
-
-def ok(response, status: int = 200) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers.get("Cache-Control") == "no-store"
-    return response.json()
+    return live.post(path, json=body, headers={**session_bearer(session), **JSON})
 
 
 def v1_body(creator: dict, *others: dict, archive: str | None = None,
@@ -76,9 +57,9 @@ def v1_body(creator: dict, *others: dict, archive: str | None = None,
 
 def create_v1(live, creator: dict, *others: dict, **kwargs) -> str:
     """A v1 archive, confirmed by every member; returns its conversation_id."""
-    header = ok(agent_post(live, creator, AUDITS, v1_body(creator, *others, **kwargs)), 200)["conversation"]
+    header = assert_ok(agent_post(live, creator, AUDITS, v1_body(creator, *others, **kwargs)), 200)["conversation"]
     for other in others:
-        ok(agent_post(live, other, f"{AUDITS}/{header['conversation_id']}/confirm", {}))
+        assert_ok(agent_post(live, other, f"{AUDITS}/{header['conversation_id']}/confirm", {}))
     return header["conversation_id"]
 
 
@@ -96,18 +77,18 @@ def append(live, session: dict, archive: str, events: list[dict]) -> requests.Re
 
 
 def appended(live, session: dict, archive: str, events: list[dict]) -> dict:
-    ack = ok(append(live, session, archive, events))
+    ack = assert_ok(append(live, session, archive, events))
     assert ack == {"schema": "bailing.agent-conversation-audit-ack.v1", "conversation_id": archive,
                    "last_sequence": events[-1]["sequence"]}
     return ack
 
 
 def admin_get(live, token: str | None, path: str, **params) -> requests.Response:
-    return live.get(path, params=params, headers=auth(token) if token else {})
+    return live.get(path, params=params, headers=bearer(token) if token else {})
 
 
 def detail(live, token: str, archive: str, **params) -> dict:
-    body = ok(admin_get(live, token, f"{ADMIN}/{archive}", **params))
+    body = assert_ok(admin_get(live, token, f"{ADMIN}/{archive}", **params))
     assert body["schema"] == "bailing.agent-conversation-audit-detail.v1"
     return body
 
@@ -135,12 +116,7 @@ def recent(stamp: str) -> bool:
 
 
 def make_admin_token(cli, role: str) -> str:
-    name = ADMIN_NAMES[role]
-    code, _, err = cli("admins", "create", name, "--role", role, "--password-stdin", input=PASSWORD)
-    assert code == 0, err
-    code, out, err = cli("admins", "token", name)
-    assert code == 0, err
-    return out["token"]
+    return admin_token(cli, ADMIN_NAMES[role], role)
 
 
 def two_app_config(tmp_path: Path) -> Path:
@@ -175,7 +151,7 @@ def session_of(run, client: str, route: str) -> dict:
 
 
 def probe(live, session: dict) -> bool:
-    body = ok(live.get(CAPABILITIES, headers=auth(session["access_token"])))
+    body = assert_ok(live.get(CAPABILITIES, headers=session_bearer(session)))
     assert body["schema"] == "bailing.agent-conversation-audit-capabilities.v1"
     assert body["member_bindings"] == "session-client-route.v1"
     assert isinstance(body["cross_binding_members"], bool)
@@ -240,14 +216,14 @@ def test_the_three_migration_modes_are_read_from_the_database(empty_db, tmp_path
         assert migrations.upgrade(empty_db, SQL_DIR, to=58) == ["058_agent_conversation_member_bindings.sql"]
         migrations.upgrade(empty_db, SQL_DIR)  # later migrations of other areas
         # Admins need the whole schema, so the admin reads are checked from here on.
-        run("admins", "create", "alice", "--role", "auditor", "--password-stdin", input=PASSWORD)
+        run("admins", "create", "alice", "--role", "auditor", "--password-stdin", input=PASSWORD_LINE)
         token = run("admins", "token", "alice")["token"]
         assert probe(live, crm_a) is True
-        created = ok(agent_post(live, erp, AUDITS, v2_body(erp, "erp-demo", "orders", crm_a)), 200)
+        created = assert_ok(agent_post(live, erp, AUDITS, v2_body(erp, "erp-demo", "orders", crm_a)), 200)
         header = created["conversation"]
         assert created["schema"] == "bailing.agent-conversation-audit.v1"
         assert (header["client_app_id"], header["route_key"], header["state"]) == ("erp-demo", "orders", "enrolling")
-        ok(agent_post(live, crm_a, f"{AUDITS}/{header['conversation_id']}/confirm", {}))
+        assert_ok(agent_post(live, crm_a, f"{AUDITS}/{header['conversation_id']}/confirm", {}))
         bound = {m["session_id"]: m for m in detail(live, token, header["conversation_id"])["members"]}
         assert {k: bound[erp["session_id"]].get(k) for k in BINDING_KEYS} == \
             {"client_app_id": "erp-demo", "route_key": "orders", "client_name": "ERP"}
@@ -331,7 +307,7 @@ def test_an_archive_holds_at_most_20000_events(server, agent, sql, auditor, pref
     response = append(server, agent, archive, events)
 
     if accepted:
-        assert ok(response)["last_sequence"] == MAX_EVENTS
+        assert assert_ok(response)["last_sequence"] == MAX_EVENTS
         assert stored(sql, archive)[:2] == (MAX_EVENTS, MAX_EVENTS)
         response = append(server, agent, archive, [said(MAX_EVENTS + 1, "long")])
         ahead = MAX_EVENTS
@@ -360,7 +336,7 @@ def test_an_archive_holds_at_most_16_mib_of_text(server, agent, sql, text, accep
     response = append(server, agent, archive, [said(2, text=text)])
 
     if accepted:
-        assert ok(response)["last_sequence"] == 2
+        assert assert_ok(response)["last_sequence"] == 2
         assert stored(sql, archive) == (2, 2, 1, 1, MAX_TEXT_BYTES)
         response = append(server, agent, archive, [said(3, text="x")])
     body = assert_error(response, 413, "conversation_audit_limit")
@@ -382,10 +358,10 @@ def test_the_json_envelope_is_at_most_2_mib(server, agent, sql, framing, size, a
     data = raw if framing == "content-length" else iter([raw[i:i + 65536] for i in range(0, size, 65536)])
 
     response = server.post(f"{AUDITS}/{archive}/events", data=data,
-                           headers={**auth(agent["access_token"]), **JSON})
+                           headers={**session_bearer(agent), **JSON})
 
     if accepted:
-        assert ok(response)["last_sequence"] == 2
+        assert assert_ok(response)["last_sequence"] == 2
         assert stored(sql, archive)[:3] == (2, 2, 1)
     else:
         body = assert_error(response, 413, "conversation_audit_limit")
@@ -396,7 +372,7 @@ def test_the_json_envelope_is_at_most_2_mib(server, agent, sql, framing, size, a
 # ============================================================== concurrency
 
 def current_last(http: requests.Session, live, token: str, archive: str) -> int:
-    response = http.get(f"{live.url}{ADMIN}/{archive}", params={"limit": 1}, headers=auth(token), timeout=30)
+    response = http.get(f"{live.url}{ADMIN}/{archive}", params={"limit": 1}, headers=bearer(token), timeout=30)
     assert response.status_code == 200, response.text
     return response.json()["conversation"]["last_sequence"]
 
@@ -415,7 +391,7 @@ def writer_loop(live, session: dict, archive: str, token: str, name: str, batche
             events = [said(last + 1 + i, "long", f"{name}-{written + i}", f"{name} says {written + i}")
                       for i in range(5)]
             response = http.post(f"{live.url}{AUDITS}/{archive}/events", json={"events": events},
-                                 headers={**auth(session["access_token"]), **JSON}, timeout=30)
+                                 headers={**session_bearer(session), **JSON}, timeout=30)
             statuses.append(response.status_code)
             if response.status_code == 200:
                 assert response.json()["last_sequence"] == events[-1]["sequence"]
@@ -483,13 +459,13 @@ def test_writers_to_separate_archives_never_interfere(server, issue_session, sql
 # ============================================================== 6. admin read API
 
 def test_list_headers_and_the_last_turn_status(server, agent, auditor):
-    empty = ok(admin_get(server, auditor, ADMIN))
+    empty = assert_ok(admin_get(server, auditor, ADMIN))
     assert empty == {"schema": "bailing.agent-conversation-audit-list.v1", "items": [],
                      "has_more": False, "next_offset": None}
     archive = create_v1(server, agent)
 
     def header() -> dict:
-        listing = ok(admin_get(server, auditor, ADMIN))
+        listing = assert_ok(admin_get(server, auditor, ADMIN))
         assert listing["schema"] == "bailing.agent-conversation-audit-list.v1"
         (item,) = listing["items"]
         assert set(item) == HEADER_KEYS
@@ -532,14 +508,14 @@ DETAIL_BAD = ["limit=-1", "limit=abc", "after_sequence=-1", "after_sequence=x", 
 @pytest.mark.parametrize("query", LIST_BAD)
 def test_list_refuses_bad_paging(server, agent, auditor, query):
     create_v1(server, agent)
-    body = assert_error(server.get(f"{ADMIN}?{query}", headers=auth(auditor)), 400, "invalid_request")
+    body = assert_error(server.get(f"{ADMIN}?{query}", headers=bearer(auditor)), 400, "invalid_request")
     assert body["problems"] and body["problems"][0]["path"] == query.split("=")[0]
 
 
 @pytest.mark.parametrize("query", DETAIL_BAD)
 def test_detail_refuses_bad_paging(server, agent, auditor, query):
     archive = create_v1(server, agent)
-    body = assert_error(server.get(f"{ADMIN}/{archive}?{query}", headers=auth(auditor)), 400,
+    body = assert_error(server.get(f"{ADMIN}/{archive}?{query}", headers=bearer(auditor)), 400,
                         "invalid_request")
     assert body["problems"] and body["problems"][0]["path"] == query.split("=")[0]
 
@@ -548,7 +524,7 @@ def test_detail_refuses_bad_paging(server, agent, auditor, query):
 def test_the_page_caps_themselves_are_accepted(server, agent, auditor, path, cap):
     archive = create_v1(server, agent)
     url = f"{ADMIN}/{archive}" if path == "detail" else path
-    body = ok(admin_get(server, auditor, url, limit=cap))
+    body = assert_ok(admin_get(server, auditor, url, limit=cap))
     assert body["has_more"] is False
 
 
@@ -556,9 +532,9 @@ def test_paging_numbers_outside_their_range_are_clamped(server, agent, auditor):
     archives = [create_v1(server, agent) for _ in range(2)]
     appended(server, agent, archives[0], [ev(1, "turn_start"), said(2), said(3)])
     # limit=0 is read as 1, limit=101 as 100; an offset past the end is an empty page.
-    assert len(ok(admin_get(server, auditor, ADMIN, limit=0))["items"]) == 1
-    assert len(ok(admin_get(server, auditor, ADMIN, limit=101))["items"]) == 2
-    assert ok(admin_get(server, auditor, ADMIN, offset=9007199254740991))["items"] == []
+    assert len(assert_ok(admin_get(server, auditor, ADMIN, limit=0))["items"]) == 1
+    assert len(assert_ok(admin_get(server, auditor, ADMIN, limit=101))["items"]) == 2
+    assert assert_ok(admin_get(server, auditor, ADMIN, offset=9007199254740991))["items"] == []
     one = detail(server, auditor, archives[0], limit=0)
     assert ([e["sequence"] for e in one["events"]], one["has_more"], one["next_after_sequence"]) == ([1], True, 1)
     assert len(detail(server, auditor, archives[0], limit=100000)["events"]) == 3
@@ -568,9 +544,9 @@ def test_paging_numbers_outside_their_range_are_clamped(server, agent, auditor):
 def test_list_pages_with_has_more_and_next_offset(server, agent, auditor):
     archives = {create_v1(server, agent) for _ in range(3)}
 
-    first = ok(admin_get(server, auditor, ADMIN, limit=2))
-    second = ok(admin_get(server, auditor, ADMIN, limit=2, offset=first["next_offset"]))
-    beyond = ok(admin_get(server, auditor, ADMIN, limit=2, offset=3))
+    first = assert_ok(admin_get(server, auditor, ADMIN, limit=2))
+    second = assert_ok(admin_get(server, auditor, ADMIN, limit=2, offset=first["next_offset"]))
+    beyond = assert_ok(admin_get(server, auditor, ADMIN, limit=2, offset=3))
 
     assert (len(first["items"]), first["has_more"], first["next_offset"]) == (2, True, 2)
     assert (len(second["items"]), second["has_more"], second["next_offset"]) == (1, False, None)
@@ -580,10 +556,10 @@ def test_list_pages_with_has_more_and_next_offset(server, agent, auditor):
 
 def test_detail_shows_members_events_and_run_links(server, issue_session, sql, auditor):
     creator, other = issue_session(), issue_session()
-    context = ok(agent_post(server, creator, "/agent-api/v1/workspaces/customers/turns",
-                            {"client_conversation_id": CONVERSATION, "client_turn_id": "t1",
+    context = assert_ok(agent_post(server, creator, "/agent-api/v1/workspaces/customers/turns",
+                                   {"client_conversation_id": CONVERSATION, "client_turn_id": "t1",
                              "user_message_id": "m1", "user_input": "Compare the two stores"}))
-    header = ok(agent_post(server, creator, AUDITS, {
+    header = assert_ok(agent_post(server, creator, AUDITS, {
         **v1_body(creator, other), "member_labels": {other["session_id"]: "Store B"}}), 200)["conversation"]
     archive = header["conversation_id"]
 
@@ -595,7 +571,7 @@ def test_detail_shows_members_events_and_run_links(server, issue_session, sql, a
         {"session_id": other["session_id"], "display_label": "Store B", "confirmed": False}]
     assert (enrolling["events"], enrolling["has_more"], enrolling["next_after_sequence"]) == ([], False, 0)
 
-    ok(agent_post(server, other, f"{AUDITS}/{archive}/confirm", {}))
+    assert_ok(agent_post(server, other, f"{AUDITS}/{archive}/confirm", {}))
     submitted = [ev(1, "turn_start"), said(2, text="Compare the two stores"),
                  ev(3, "run_link", run_id=context["run_id"], member_session_id=creator["session_id"]),
                  said(4, text="Store A sells more.\nStore B 🙂 less."),
@@ -663,7 +639,7 @@ def test_admin_reads_need_runs_read(server, cli, agent, which, who, status, code
     token = fixed[who] if who in fixed else make_admin_token(cli, who)
     response = admin_get(server, token, ADMIN if which == "list" else f"{ADMIN}/{archive}")
     if code is None:
-        body = ok(response)
+        body = assert_ok(response)
         assert archive in json.dumps(body)
     else:
         body = assert_error(response, status, code)
@@ -673,13 +649,13 @@ def test_admin_reads_need_runs_read(server, cli, agent, which, who, status, code
 # ============================================================== 7. run traces
 
 def start_turn(live, session: dict, turn: str) -> dict:
-    return ok(agent_post(live, session, "/agent-api/v1/workspaces/customers/turns",
-                         {"client_conversation_id": CONVERSATION, "client_turn_id": turn,
+    return assert_ok(agent_post(live, session, "/agent-api/v1/workspaces/customers/turns",
+                                {"client_conversation_id": CONVERSATION, "client_turn_id": turn,
                           "user_message_id": f"m-{turn}", "user_input": f"Question of {turn}"}))
 
 
 def trace(live, token: str, run_id: str) -> dict:
-    body = ok(admin_get(live, token, f"/admin/api/agent-runs/{run_id}"))
+    body = assert_ok(admin_get(live, token, f"/admin/api/agent-runs/{run_id}"))
     assert body["run"]["run_id"] == run_id
     return body
 

@@ -18,6 +18,7 @@ import pytest
 
 from admin_app import create_app, migrations
 from tests.conftest import EXAMPLES, SQL_DIR, serve
+from tests.helpers import admin_token, assert_error, bearer, session_bearer
 
 AUDITS = "/agent-api/v1/conversation-audits"
 ROUTE = "customers"
@@ -41,7 +42,6 @@ TABLES = ("bz_agent_conversation_archives", "bz_agent_conversation_members",
 HEADER_KEYS = {"conversation_id", "client_archive_id", "client_conversation_id", "client_app_id",
                "route_key", "state", "member_count", "confirmed_count", "last_sequence",
                "message_count", "turn_count", "last_turn_status", "created_at", "updated_at"}
-PASSWORD = "correct horse battery staple\n"
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -93,19 +93,10 @@ def people(reconfigure, issue_session):
 
 @pytest.fixture
 def admin(cli):
-    code, _, err = cli("admins", "create", "reader", "--role", "support", "--password-stdin",
-                       input=PASSWORD)
-    assert code == 0, err
-    code, out, err = cli("admins", "token", "reader")
-    assert code == 0, err
-    return {"Authorization": f"Bearer {out['token']}"}
+    return bearer(admin_token(cli, "reader", "support"))
 
 
 # ----------------------------------------------------------------------------- requests
-
-def auth(who: dict) -> dict:
-    return {"Authorization": f"Bearer {who['access_token']}"}
-
 
 def sid(who: dict) -> str:
     return who["session_id"]
@@ -141,15 +132,15 @@ def v2(*members: dict, archive: str = ARCHIVE, conversation: str = CONV) -> dict
 
 
 def create(server, who: dict, body):
-    return server.post(AUDITS, json=body, headers=auth(who))
+    return server.post(AUDITS, json=body, headers=session_bearer(who))
 
 
 def confirm(server, who: dict, cid: str, body=None):
-    return server.post(f"{AUDITS}/{cid}/confirm", json={} if body is None else body, headers=auth(who))
+    return server.post(f"{AUDITS}/{cid}/confirm", json={} if body is None else body, headers=session_bearer(who))
 
 
 def append(server, who: dict, cid: str, events):
-    return server.post(f"{AUDITS}/{cid}/events", json={"events": events}, headers=auth(who))
+    return server.post(f"{AUDITS}/{cid}/events", json={"events": events}, headers=session_bearer(who))
 
 
 def header(response, status: int = 200) -> dict:
@@ -182,15 +173,6 @@ def acked(response, cid: str, last: int) -> None:
     assert response.status_code == 200, response.text
     assert response.headers.get("Cache-Control") == "no-store"
     assert response.json() == {"schema": ACK, "conversation_id": cid, "last_sequence": last}
-
-
-def refused(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers.get("Cache-Control") == "no-store"
-    body = response.json()
-    assert body["error"] == code, body
-    assert isinstance(body.get("message"), str) and body["message"]
-    return body
 
 
 def ev(seq: int, kind: str, turn: str = "turn-1", eid: str | None = None, **fields) -> dict:
@@ -226,7 +208,7 @@ def example_batch(run: str, who: dict) -> list[dict]:
 def run_of(server, who: dict, turn: str = "turn-1", conversation: str = CONV,
            route: str = ROUTE) -> str:
     """A real run of `who` (POST .../turns); its run_id."""
-    response = server.post(f"/agent-api/v1/workspaces/{route}/turns", headers=auth(who), json={
+    response = server.post(f"/agent-api/v1/workspaces/{route}/turns", headers=session_bearer(who), json={
         "client_conversation_id": conversation, "client_turn_id": turn,
         "user_message_id": f"msg-{turn}", "user_input": "Compare the two selected stores."})
     assert response.status_code == 200, response.text
@@ -273,7 +255,7 @@ def unchanged(sql):
 # ============================================================================= capabilities
 
 def test_capabilities_probe_advertises_cross_binding_members(server, people):
-    response = server.get(f"{AUDITS}/capabilities", headers=auth(people.a))
+    response = server.get(f"{AUDITS}/capabilities", headers=session_bearer(people.a))
     assert response.status_code == 200, response.text
     assert response.headers.get("Cache-Control") == "no-store"
     assert response.json() == {"schema": "bailing.agent-conversation-audit-capabilities.v1",
@@ -285,19 +267,19 @@ def test_capabilities_probe_advertises_cross_binding_members(server, people):
                                      {"Authorization": "Basic dXNlcjpwdw=="}],
                          ids=["no-bearer", "bogus-bearer", "basic"])
 def test_capabilities_probe_needs_an_agent_bearer(server, configured, headers):
-    refused(server.get(f"{AUDITS}/capabilities", headers=headers), 401, "unauthorized")
+    assert_error(server.get(f"{AUDITS}/capabilities", headers=headers), 401, "unauthorized")
 
 
 def test_capabilities_probe_refuses_a_revoked_session(server, cli, people):
     assert cli("sessions", "revoke", sid(people.a))[0] == 0
-    refused(server.get(f"{AUDITS}/capabilities", headers=auth(people.a)), 401, "unauthorized")
+    assert_error(server.get(f"{AUDITS}/capabilities", headers=session_bearer(people.a)), 401, "unauthorized")
 
 
 @pytest.mark.parametrize("path", ["", "/x/confirm", "/x/events"])
 def test_mutations_without_bearer_are_401_and_write_nothing(server, people, unchanged, path):
     target = AUDITS + path.replace("x", str(uuid.uuid4()))
     with unchanged():
-        refused(server.post(target, json=v1(people.a)), 401, "unauthorized")
+        assert_error(server.post(target, json=v1(people.a)), 401, "unauthorized")
 
 
 # ============================================================================= v1 creation
@@ -340,7 +322,7 @@ def test_v1_changed_retry_is_a_conflict_and_rewrites_nothing(server, people, unc
     changed = copy.deepcopy(original)
     V1_CHANGES[change](changed, people)
     with unchanged():
-        refused(create(server, people.a, changed), 409, CONFLICT)
+        assert_error(create(server, people.a, changed), 409, CONFLICT)
 
 
 def test_v1_distinct_creators_never_join_through_identical_client_ids(server, people, sql):
@@ -359,8 +341,8 @@ def test_v1_distinct_creators_never_join_through_identical_client_ids(server, pe
 
 def test_a_creator_outside_the_members_is_404_and_writes_nothing(server, people, unchanged):
     with unchanged():
-        refused(create(server, people.a, v1(people.a, ids=[sid(people.b), sid(people.c)])), 404, NOT_FOUND)
-        refused(create(server, people.a, v2(crm(people.b), erp(people.e))), 404, NOT_FOUND)
+        assert_error(create(server, people.a, v1(people.a, ids=[sid(people.b), sid(people.c)])), 404, NOT_FOUND)
+        assert_error(create(server, people.a, v2(crm(people.b), erp(people.e))), 404, NOT_FOUND)
 
 
 V1_INVALID = {
@@ -386,7 +368,7 @@ V1_INVALID = {
 @pytest.mark.parametrize("case", V1_INVALID)
 def test_v1_invalid_creation_is_400_and_writes_nothing(server, people, unchanged, case):
     with unchanged():
-        refused(create(server, people.a, V1_INVALID[case](people)), 400, INVALID)
+        assert_error(create(server, people.a, V1_INVALID[case](people)), 400, INVALID)
 
 
 UPPERCASE = {
@@ -410,7 +392,7 @@ def test_an_uppercase_session_uuid_is_the_same_member(server, people, sql, uncha
 
 def test_v1_body_that_is_not_an_object_is_400(server, people, unchanged):
     with unchanged():
-        refused(create(server, people.a, [v1(people.a)]), 400, INVALID)
+        assert_error(create(server, people.a, [v1(people.a)]), 400, INVALID)
 
 
 def test_v1_label_of_128_characters_is_accepted(server, people, sql, admin):
@@ -427,7 +409,7 @@ def test_v1_label_of_128_characters_is_accepted(server, people, sql, admin):
 def test_v1_65_members_is_400_and_writes_nothing(server, people, unchanged):
     ids = [sid(people.a)] + [str(uuid.uuid4()) for _ in range(64)]
     with unchanged():
-        refused(create(server, people.a, v1(people.a, ids=ids)), 400, INVALID)
+        assert_error(create(server, people.a, v1(people.a, ids=ids)), 400, INVALID)
 
 
 def test_v1_64_members_are_accepted(server, people, issue_session):
@@ -447,26 +429,26 @@ V1_FORBIDDEN = {
 @pytest.mark.parametrize("case", V1_FORBIDDEN)
 def test_v1_creation_outside_the_authorization_is_403(server, people, unchanged, case):
     with unchanged():
-        refused(create(server, people.a, V1_FORBIDDEN[case](people)), 403, AUTHZ)
+        assert_error(create(server, people.a, V1_FORBIDDEN[case](people)), 403, AUTHZ)
 
 
 def test_v1_creation_with_a_revoked_member_is_403(server, cli, people, unchanged):
     assert cli("sessions", "revoke", sid(people.b))[0] == 0
     with unchanged():
-        refused(create(server, people.a, v1(people.a, people.b)), 403, AUTHZ)
+        assert_error(create(server, people.a, v1(people.a, people.b)), 403, AUTHZ)
 
 
 def test_v1_route_allowed_for_the_client_but_not_the_session_is_403(server, people, reconfigure,
                                                                      unchanged):
     reconfigure(lambda doc: client_of(doc, "crm-demo").update(allowed_routes=["customers", "orders"]))
     with unchanged():
-        refused(create(server, people.a, v1(people.a, route="orders")), 403, AUTHZ)
+        assert_error(create(server, people.a, v1(people.a, route="orders")), 403, AUTHZ)
 
 
 def test_v1_creation_on_a_disabled_route_is_403(server, people, reconfigure, unchanged):
     reconfigure(lambda doc: route_of(doc, "customers").update(enabled=False))
     with unchanged():
-        refused(create(server, people.a, v1(people.a, people.b)), 403, AUTHZ)
+        assert_error(create(server, people.a, v1(people.a, people.b)), 403, AUTHZ)
 
 
 # ============================================================================= confirmation
@@ -501,7 +483,7 @@ def test_confirm_takes_an_empty_object_only(server, people, unchanged, body):
         body = {"session_id": sid(people.b)}
     for who in (people.a, people.b):  # nobody confirms a session named in a body
         with unchanged():
-            refused(confirm(server, who, cid, body), 400, INVALID)
+            assert_error(confirm(server, who, cid, body), 400, INVALID)
 
 
 @pytest.mark.parametrize("endpoint", ["confirm", "events"])
@@ -510,13 +492,13 @@ def test_non_members_cannot_tell_an_archive_from_an_unknown_one(server, people, 
     payload = {} if endpoint == "confirm" else {"events": completed_turn(1)}
 
     def call(who, ref):
-        return server.post(f"{AUDITS}/{ref}/{endpoint}", json=payload, headers=auth(who))
+        return server.post(f"{AUDITS}/{ref}/{endpoint}", json=payload, headers=session_bearer(who))
 
     with unchanged():
-        outsider = refused(call(people.c, cid), 404, NOT_FOUND)
-        unknown = refused(call(people.a, str(uuid.uuid4())), 404, NOT_FOUND)
-        foreign_app = refused(call(people.e, cid), 404, NOT_FOUND)
-        refused(call(people.a, "not-a-uuid"), 404, NO_ENDPOINT)  # no archive path at all
+        outsider = assert_error(call(people.c, cid), 404, NOT_FOUND)
+        unknown = assert_error(call(people.a, str(uuid.uuid4())), 404, NOT_FOUND)
+        foreign_app = assert_error(call(people.e, cid), 404, NOT_FOUND)
+        assert_error(call(people.a, "not-a-uuid"), 404, NO_ENDPOINT)  # no archive path at all
     assert outsider == unknown == foreign_app
 
 
@@ -524,8 +506,8 @@ def test_no_event_is_accepted_before_every_member_confirmed(server, people, sql,
     cid = header(create(server, people.a, v1(people.a, people.b, people.c)), 200)["conversation_id"]
     header(confirm(server, people.b, cid))
     with unchanged():
-        refused(append(server, people.a, cid, completed_turn(1)), 409, NOT_READY)
-        refused(append(server, people.a, cid, [ev(1, "turn_start")]), 409, NOT_READY)
+        assert_error(append(server, people.a, cid, completed_turn(1)), 409, NOT_READY)
+        assert_error(append(server, people.a, cid, [ev(1, "turn_start")]), 409, NOT_READY)
     header(confirm(server, people.c, cid))
     acked(append(server, people.a, cid, completed_turn(1)), cid, 4)
 
@@ -534,7 +516,7 @@ def test_confirm_revalidates_the_whole_group(server, cli, people, unchanged):
     cid = header(create(server, people.a, v1(people.a, people.b, people.c)), 200)["conversation_id"]
     assert cli("sessions", "revoke", sid(people.c))[0] == 0
     with unchanged():
-        refused(confirm(server, people.b, cid), 403, AUTHZ)
+        assert_error(confirm(server, people.b, cid), 403, AUTHZ)
 
 
 # ============================================================================= v2 creation
@@ -555,7 +537,7 @@ def test_v2_writer_is_the_member_of_the_creating_bearer(server, people, sql, adm
 
     # The writer confirming again is a no-op; it cannot confirm for the other member.
     assert header(confirm(server, writer, cid))["confirmed_count"] == 1
-    refused(confirm(server, writer, cid, {"session_id": sid(other)}), 400, INVALID)
+    assert_error(confirm(server, writer, cid, {"session_id": sid(other)}), 400, INVALID)
     assert header(confirm(server, other, cid))["state"] == "ready"
 
     view = detail(server, admin, cid)
@@ -577,7 +559,7 @@ def test_v2_changed_retry_is_a_conflict(server, people, unchanged):
     changed = copy.deepcopy(body)
     changed["members"][0]["label"] = "Other"
     with unchanged():
-        refused(create(server, people.a, changed), 409, CONFLICT)
+        assert_error(create(server, people.a, changed), 409, CONFLICT)
 
 
 V2_INVALID = {
@@ -607,7 +589,7 @@ V2_INVALID = {
 @pytest.mark.parametrize("case", V2_INVALID)
 def test_v2_invalid_creation_is_400_and_writes_nothing(server, people, unchanged, case):
     with unchanged():
-        refused(create(server, people.a, V2_INVALID[case](people)), 400, INVALID)
+        assert_error(create(server, people.a, V2_INVALID[case](people)), 400, INVALID)
 
 
 def test_v2_label_of_128_characters_is_accepted(server, people):
@@ -618,7 +600,7 @@ def test_v2_65_members_is_400(server, people, unchanged):
     members = [crm(people.a)] + [{"session_id": str(uuid.uuid4()), "client_app_id": "crm-demo",
                                   "route": "customers"} for _ in range(64)]
     with unchanged():
-        refused(create(server, people.a, v2(*members)), 400, INVALID)
+        assert_error(create(server, people.a, v2(*members)), 400, INVALID)
 
 
 V2_FORBIDDEN = {
@@ -636,7 +618,7 @@ V2_FORBIDDEN = {
 def test_v2_creation_outside_each_members_authorization_is_403(server, people, unchanged, case):
     who, body = V2_FORBIDDEN[case](people)
     with unchanged():
-        refused(create(server, who, body), 403, AUTHZ)
+        assert_error(create(server, who, body), 403, AUTHZ)
 
 
 WRITER_NOT_FOUND = {
@@ -650,22 +632,22 @@ def test_v2_without_a_member_of_the_bearers_session_and_app_is_404(server, peopl
     """The writer is the member of the bearer's own session and app; without one, no archive."""
     who, body = WRITER_NOT_FOUND[case](people)
     with unchanged():
-        refused(create(server, who, body), 404, NOT_FOUND)
+        assert_error(create(server, who, body), 404, NOT_FOUND)
 
 
 def test_v2_creation_with_a_revoked_member_is_403(server, cli, people, unchanged):
     assert cli("sessions", "revoke", sid(people.e))[0] == 0
     with unchanged():
-        refused(create(server, people.a, v2(crm(people.a), erp(people.e))), 403, AUTHZ)
+        assert_error(create(server, people.a, v2(crm(people.a), erp(people.e))), 403, AUTHZ)
 
 
 def test_v2_events_wait_for_every_member_and_only_the_writer_appends(server, people, unchanged):
     cid = header(create(server, people.e, v2(crm(people.a), erp(people.e))), 200)["conversation_id"]
     with unchanged():
-        refused(append(server, people.e, cid, completed_turn(1)), 409, NOT_READY)
+        assert_error(append(server, people.e, cid, completed_turn(1)), 409, NOT_READY)
     header(confirm(server, people.a, cid))
     with unchanged():
-        refused(append(server, people.a, cid, completed_turn(1)), 404, NOT_FOUND)
+        assert_error(append(server, people.a, cid, completed_turn(1)), 404, NOT_FOUND)
     acked(append(server, people.e, cid, completed_turn(1)), cid, 4)
 
 
@@ -737,7 +719,7 @@ def test_event_history_conflicts_are_409_and_write_nothing(server, people, uncha
     if prefix:
         acked(append(server, people.a, cid, prefix), cid, len(prefix))
     with unchanged():
-        refused(append(server, people.a, cid, batch), 409, CONFLICT)
+        assert_error(append(server, people.a, cid, batch), 409, CONFLICT)
 
 
 def test_a_late_run_link_attaches_to_its_completed_turn_and_changes_no_newer_turn(server, people, sql,
@@ -752,8 +734,8 @@ def test_a_late_run_link_attaches_to_its_completed_turn_and_changes_no_newer_tur
     acked(append(server, people.a, cid, [link(7, run_a, people.a), link(8, run_b, people.b)]), cid, 8)
     assert archive_row(sql, cid)[3:8] == (8, 3, 2, "running", "turn-2")
     # turn-2 is still the running turn; turn-1 was not reopened.
-    refused(append(server, people.a, cid, [ev(9, "assistant_message", "turn-1", content="x")]), 409,
-            CONFLICT)
+    assert_error(append(server, people.a, cid, [ev(9, "assistant_message", "turn-1", content="x")]), 409,
+                 CONFLICT)
     acked(append(server, people.a, cid, [ev(9, "turn_end", "turn-2", status="cancelled")]), cid, 9)
     assert archive_row(sql, cid)[6:8] == ("cancelled", None)
     threads = dict(sql("SELECT id::text, thread_id FROM bz_runs"))
@@ -803,7 +785,7 @@ def test_run_links_are_checked_against_the_persisted_run(server, people, unchang
     acked(append(server, people.a, cid, completed_turn(1) + [ev(5, "turn_start", "turn-2")]), cid, 5)
     batch = _run_link_case(case, server, people, cid)
     with unchanged():
-        refused(append(server, people.a, cid, batch), 409, CONFLICT)
+        assert_error(append(server, people.a, cid, batch), 409, CONFLICT)
 
 
 @pytest.mark.parametrize("case", ["crm-run-as-erp-member", "erp-run-as-crm-member", "accepted"])
@@ -819,7 +801,7 @@ def test_v2_run_links_are_checked_against_the_member_they_name(server, people, s
         return
     run, named = (run_a, people.e) if case == "crm-run-as-erp-member" else (run_e, people.a)
     with unchanged():
-        refused(append(server, people.a, cid, [link(2, run, named)]), 409, CONFLICT)
+        assert_error(append(server, people.a, cid, [link(2, run, named)]), 409, CONFLICT)
 
 
 INVALID_EVENTS = {
@@ -862,14 +844,14 @@ INVALID_EVENTS = {
 def test_invalid_events_are_400_and_write_nothing(server, people, unchanged, case):
     cid = ready(server, people.a, people.b)
     with unchanged():
-        refused(append(server, people.a, cid, copy.deepcopy(INVALID_EVENTS[case])), 400, INVALID)
+        assert_error(append(server, people.a, cid, copy.deepcopy(INVALID_EVENTS[case])), 400, INVALID)
 
 
 @pytest.mark.parametrize("kind", [["turn_start"], {"k": "turn_start"}], ids=["list", "object"])
 def test_an_unhashable_kind_is_400(server, people, unchanged, kind):
     cid = ready(server, people.a, people.b)
     with unchanged():
-        refused(append(server, people.a, cid, [ev(1, kind)]), 400, INVALID)
+        assert_error(append(server, people.a, cid, [ev(1, kind)]), 400, INVALID)
 
 
 @pytest.mark.parametrize("envelope", [{"events": [ev(1, "turn_start")], "metadata": {}}, {},
@@ -878,8 +860,8 @@ def test_an_unhashable_kind_is_400(server, people, unchanged, kind):
 def test_invalid_event_envelopes_are_400(server, people, unchanged, envelope):
     cid = ready(server, people.a, people.b)
     with unchanged():
-        response = server.post(f"{AUDITS}/{cid}/events", json=envelope, headers=auth(people.a))
-        refused(response, 400, INVALID)
+        response = server.post(f"{AUDITS}/{cid}/events", json=envelope, headers=session_bearer(people.a))
+        assert_error(response, 400, INVALID)
 
 
 FORTY_NINTH_PLUS_ONE = {
@@ -901,16 +883,16 @@ def test_a_batch_of_49_valid_events_and_1_invalid_stores_none(server, people, un
     bad, status, code = FORTY_NINTH_PLUS_ONE[case]
     assert len(valid) == 49
     with unchanged():
-        refused(append(server, people.a, cid, valid + [bad]), status, code)
+        assert_error(append(server, people.a, cid, valid + [bad]), status, code)
     acked(append(server, people.a, cid, valid), cid, 49)  # the 49 alone were fine
 
 
 def test_only_the_writer_appends(server, people, unchanged):
     cid = ready(server, people.a, people.b, people.c)
-    unknown = refused(append(server, people.a, str(uuid.uuid4()), completed_turn(1)), 404, NOT_FOUND)
+    unknown = assert_error(append(server, people.a, str(uuid.uuid4()), completed_turn(1)), 404, NOT_FOUND)
     with unchanged():
         for confirmed_member in (people.b, people.c):
-            assert refused(append(server, confirmed_member, cid, completed_turn(1)), 404, NOT_FOUND) == unknown
+            assert assert_error(append(server, confirmed_member, cid, completed_turn(1)), 404, NOT_FOUND) == unknown
 
 
 def test_a_batch_holds_at_most_50_events(server, people, unchanged):
@@ -918,7 +900,7 @@ def test_a_batch_holds_at_most_50_events(server, people, unchanged):
     batch = [ev(1, "turn_start")] + [ev(n, "user_message", content="x") for n in range(2, 52)]
     assert len(batch) == 51
     with unchanged():
-        refused(append(server, people.a, cid, batch), 400, INVALID)
+        assert_error(append(server, people.a, cid, batch), 400, INVALID)
     acked(append(server, people.a, cid, batch[:50]), cid, 50)
 
 
@@ -936,7 +918,7 @@ def test_a_visible_text_holds_at_most_64000_utf16_units(server, people, sql, unc
         assert sql("SELECT content FROM bz_agent_conversation_events WHERE sequence = 2") == [(content,)]
     else:
         with unchanged():
-            refused(append(server, people.a, cid, batch), 400, INVALID)
+            assert_error(append(server, people.a, cid, batch), 400, INVALID)
 
 
 @pytest.mark.parametrize("tail,accepted", [(6144, True), (6145, False)], ids=["256KiB", "256KiB+1"])
@@ -949,7 +931,7 @@ def test_a_batch_holds_at_most_256_kib_of_utf8_text(server, people, unchanged, t
         acked(append(server, people.a, cid, batch), cid, 6)
     else:
         with unchanged():
-            refused(append(server, people.a, cid, batch), 413, LIMIT)
+            assert_error(append(server, people.a, cid, batch), 413, LIMIT)
 
 
 def test_batch_text_is_counted_in_utf8_bytes_not_characters(server, people, unchanged):
@@ -957,7 +939,7 @@ def test_batch_text_is_counted_in_utf8_bytes_not_characters(server, people, unch
     # 2 x 45,000 three-byte characters: 90,000 characters but 270,000 bytes.
     batch = [ev(1, "turn_start")] + [ev(n, "user_message", content="€" * 45000) for n in (2, 3)]
     with unchanged():
-        refused(append(server, people.a, cid, batch), 413, LIMIT)
+        assert_error(append(server, people.a, cid, batch), 413, LIMIT)
 
 
 TEXTS = ["   leading spaces and trailing   ", "line 1\nline 2\n\nline 4\n", "windows\r\nline\r\n",
@@ -1019,8 +1001,8 @@ def test_v1_append_revalidates_every_frozen_member(server, people, cli, sql, rec
     acked(append(server, people.a, cid, completed_turn(1)), cid, 4)
     V1_BREAKS[case](people, cli, sql, reconfigure)
     with unchanged():
-        refused(append(server, people.a, cid, completed_turn(5, "turn-2")), 403, AUTHZ)
-        refused(append(server, people.a, cid, completed_turn(5, "turn-2")[:1]), 403, AUTHZ)
+        assert_error(append(server, people.a, cid, completed_turn(5, "turn-2")), 403, AUTHZ)
+        assert_error(append(server, people.a, cid, completed_turn(5, "turn-2")[:1]), 403, AUTHZ)
     # The group is never reduced: both members stay, and the text is not saved for the rest.
     assert archive_row(sql, cid)[:4] == ("ready", 2, 2, 4)
 
@@ -1049,7 +1031,7 @@ def test_v2_append_revalidates_every_members_own_binding(server, people, cli, sq
     acked(append(server, people.a, cid, completed_turn(1)), cid, 4)
     V2_BREAKS[case](people, cli, sql, reconfigure)
     with unchanged():
-        refused(append(server, people.a, cid, completed_turn(5, "turn-2")), 403, AUTHZ)
+        assert_error(append(server, people.a, cid, completed_turn(5, "turn-2")), 403, AUTHZ)
     assert archive_row(sql, cid)[:4] == ("ready", 2, 2, 4)
 
 
@@ -1069,7 +1051,7 @@ def test_a_writer_whose_own_bearer_fails_is_401_and_writes_nothing(server, peopl
     acked(append(server, people.a, cid, completed_turn(1)), cid, 4)
     WRITER_BREAKS[case](people, cli, reconfigure)
     with unchanged():
-        refused(append(server, people.a, cid, completed_turn(5, "turn-2")), 401, "unauthorized")
+        assert_error(append(server, people.a, cid, completed_turn(5, "turn-2")), 401, "unauthorized")
     assert archive_row(sql, cid)[:4] == ("ready", 2, 2, 4)
 
 
@@ -1078,7 +1060,7 @@ def test_revalidation_refuses_even_an_identical_retry_of_stored_events(server, p
     acked(append(server, people.a, cid, completed_turn(1)), cid, 4)
     assert cli("sessions", "revoke", sid(people.b))[0] == 0
     with unchanged():
-        refused(append(server, people.a, cid, completed_turn(1)), 403, AUTHZ)
+        assert_error(append(server, people.a, cid, completed_turn(1)), 403, AUTHZ)
 
 
 # ============================================================================= no transcript reads
@@ -1089,8 +1071,8 @@ def test_there_is_no_agent_transcript_read(server, people, suffix):
     cid = ready(server, people.a, people.b)
     acked(append(server, people.a, cid, completed_turn(1)), cid, 4)
     for who in (people.a, people.b):
-        response = server.get(AUDITS + suffix.format(cid=cid), headers=auth(who))
-        body = refused(response, 404, NO_ENDPOINT)
+        response = server.get(AUDITS + suffix.format(cid=cid), headers=session_bearer(who))
+        body = assert_error(response, 404, NO_ENDPOINT)
         assert "Question?" not in response.text and "Answer." not in response.text
         assert set(body) == {"error", "message"}
 
@@ -1099,7 +1081,7 @@ def test_unknown_agent_archive_endpoints_are_404(server, people, unchanged):
     cid = ready(server, people.a, people.b)
     with unchanged():
         for path in (f"/{cid}/members", f"/{cid}/events/1", "/capabilities/x"):
-            refused(server.post(AUDITS + path, json={}, headers=auth(people.a)), 404, NO_ENDPOINT)
+            assert_error(server.post(AUDITS + path, json={}, headers=session_bearer(people.a)), 404, NO_ENDPOINT)
 
 
 # ============================================================================= remaining error rows
@@ -1112,7 +1094,7 @@ def test_a_storage_failure_is_500_without_exception_text(server, people, sql, un
         "FOR EACH ROW EXECUTE FUNCTION bz_test_fail()")
     with unchanged():
         response = append(server, people.a, cid, completed_turn(1))
-        body = refused(response, 500, "conversation_audit_internal_error")
+        body = assert_error(response, 500, "conversation_audit_internal_error")
     assert set(body) == {"error", "message"}
     for leak in ("secret-storage-detail", "Traceback", "plpgsql", "psycopg", "bz_agent"):
         assert leak not in response.text
@@ -1156,29 +1138,29 @@ def _archive_count(url: str) -> int:
 
 def test_without_057_every_archive_endpoint_is_503_unavailable(hub_at):
     live, _url, (a, b) = hub_at(3)
-    probe = live.get(f"{AUDITS}/capabilities", headers=auth(a))
+    probe = live.get(f"{AUDITS}/capabilities", headers=session_bearer(a))
     assert probe.status_code == 200 and probe.json()["cross_binding_members"] is False
     cid = str(uuid.uuid4())
-    for response in (live.post(AUDITS, json=v1(a, b), headers=auth(a)),
-                     live.post(AUDITS, json=v2(crm(a), crm(b)), headers=auth(a)),
-                     live.post(f"{AUDITS}/{cid}/confirm", json={}, headers=auth(b)),
+    for response in (live.post(AUDITS, json=v1(a, b), headers=session_bearer(a)),
+                     live.post(AUDITS, json=v2(crm(a), crm(b)), headers=session_bearer(a)),
+                     live.post(f"{AUDITS}/{cid}/confirm", json={}, headers=session_bearer(b)),
                      live.post(f"{AUDITS}/{cid}/events", json={"events": completed_turn(1)},
-                               headers=auth(a))):
-        refused(response, 503, "conversation_audit_unavailable")
-    refused(live.post(AUDITS, json=v1(a, b)), 401, "unauthorized")
+                               headers=session_bearer(a))):
+        assert_error(response, 503, "conversation_audit_unavailable")
+    assert_error(live.post(AUDITS, json=v1(a, b)), 401, "unauthorized")
 
 
 def test_with_057_only_v1_works_and_v2_is_503_cross_binding_unavailable(hub_at):
     live, url, (a, b) = hub_at(57)
-    probe = live.get(f"{AUDITS}/capabilities", headers=auth(a))
+    probe = live.get(f"{AUDITS}/capabilities", headers=session_bearer(a))
     assert probe.status_code == 200, probe.text
     assert probe.json() == {"schema": "bailing.agent-conversation-audit-capabilities.v1",
                             "cross_binding_members": False,
                             "member_bindings": "session-client-route.v1"}
-    refused(live.post(AUDITS, json=v2(crm(a), crm(b)), headers=auth(a)), 503,
-            "conversation_audit_cross_binding_unavailable")
+    assert_error(live.post(AUDITS, json=v2(crm(a), crm(b)), headers=session_bearer(a)), 503,
+                 "conversation_audit_cross_binding_unavailable")
     assert _archive_count(url) == 0
-    cid = header(live.post(AUDITS, json=v1(a, b), headers=auth(a)), 200)["conversation_id"]
-    assert header(live.post(f"{AUDITS}/{cid}/confirm", json={}, headers=auth(b)))["state"] == "ready"
-    acked(live.post(f"{AUDITS}/{cid}/events", json={"events": completed_turn(1)}, headers=auth(a)), cid, 4)
+    cid = header(live.post(AUDITS, json=v1(a, b), headers=session_bearer(a)), 200)["conversation_id"]
+    assert header(live.post(f"{AUDITS}/{cid}/confirm", json={}, headers=session_bearer(b)))["state"] == "ready"
+    acked(live.post(f"{AUDITS}/{cid}/events", json={"events": completed_turn(1)}, headers=session_bearer(a)), cid, 4)
     assert _archive_count(url) == 1

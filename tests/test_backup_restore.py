@@ -18,9 +18,8 @@ from psycopg import sql as pgsql
 from admin_app import create_app
 from admin_app.config import PROJECT_ROOT
 from tests.conftest import run_cli_process, serve
-from tests.test_audit_agent import acked, append, auth, create, example_batch, header, run_of, v1
-
-PASSWORD = "a restored admin's password"
+from tests.helpers import admin_token, bearer, session_bearer
+from tests.test_audit_agent import acked, append, create, example_batch, header, run_of, v1
 
 
 def server_major(url: str) -> int:
@@ -86,18 +85,14 @@ def sequences(url: str) -> dict:
 @pytest.fixture
 def seeded(cli, issue_session, server):
     """A hub in use: configuration, admin with a token, an Agent Session, a run, an archive batch."""
-    code, _, err = cli("admins", "create", "alice", "--role", "admin", "--password-stdin",
-                       input=PASSWORD + "\n")
-    assert code == 0, err
-    code, token, err = cli("admins", "token", "alice")
-    assert code == 0, err
+    token = admin_token(cli, "alice", "admin")
     code, _, err = cli("clients", "token", "crm-demo")
     assert code == 0, err
     agent = issue_session()
     cid = header(create(server, agent, v1(agent)), 200)["conversation_id"]
     run = run_of(server, agent)
     acked(append(server, agent, cid, example_batch(run, agent)), cid, 5)
-    return {"admin_token": token["token"], "agent": agent, "conversation_id": cid}
+    return {"admin_token": token, "agent": agent, "conversation_id": cid}
 
 
 def test_a_custom_format_dump_restores_into_a_fresh_database_as_the_same_hub(
@@ -132,10 +127,10 @@ def test_a_custom_format_dump_restores_into_a_fresh_database_as_the_same_hub(
     try:
         cid = seeded["conversation_id"]
         response = live.get(f"/admin/api/conversation-audits/{cid}",
-                            headers={"Authorization": f"Bearer {seeded['admin_token']}"})
+                            headers=bearer(seeded["admin_token"]))
         assert response.status_code == 200, response.text
         assert live.get("/health/ready").status_code == 200
-        probe = live.get("/agent-api/v1/conversation-audits/capabilities", headers=auth(seeded["agent"]))
+        probe = live.get("/agent-api/v1/conversation-audits/capabilities", headers=session_bearer(seeded["agent"]))
         assert probe.status_code == 200, probe.text
     finally:
         live.stop()

@@ -9,6 +9,7 @@ import tomllib
 import pytest
 
 from tests.conftest import EXAMPLES
+from tests.helpers import row_counts
 
 TABLES = ("bz_tool_providers", "bz_routes", "bz_client_apps")
 SECTIONS = ("tool_providers", "routes", "client_apps")
@@ -82,7 +83,7 @@ def snapshot(sql) -> dict:
 
 
 def counts(sql) -> dict:
-    return {table: sql(f"SELECT count(*) FROM {table}")[0][0] for table in TABLES}
+    return row_counts(sql, *TABLES)
 
 
 def setting(keys: tuple, value):

@@ -20,8 +20,8 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from admin_app.config import PROJECT_ROOT
+from tests.helpers import PASSWORD, make_admin, session_bearer
 
-PASSWORD = "correct horse battery"
 SHOTS = PROJECT_ROOT / "docs" / "screenshots"
 VIEWPORT = {"width": 1280, "height": 800}
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -179,15 +179,13 @@ class Hub:
     # ---- console users
     def admin(self, role: str, name: str | None = None) -> str:
         name = name or f"{role}-user"
-        code, _, err = self.cli("admins", "create", name, "--role", role, "--password-stdin",
-                                input=PASSWORD + "\n")
-        assert code == 0, err
+        make_admin(self.cli, name, role)
         self.admins[name] = role
         return name
 
     # ---- agent side
     def headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.session['access_token']}"}
+        return session_bearer(self.session)
 
     def turn(self, conversation: str, turn_id: str, user_input: str) -> dict:
         """A real turn; the context exactly as the agent received it."""
@@ -325,7 +323,8 @@ def walk(hub: Hub, view: UI, role: str, archive_id: str, run_id: str, approval: 
 
         nav.get_by_role("link", name="Runs").click()
         expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
-        expect(page.get_by_text("Look a run up by its ID")).to_be_visible()
+        # Before any lookup, the most recent runs.
+        expect(page.locator("table.list")).to_contain_text(run_id)
         page.get_by_label("Conversation").fill("conv-acme-credit")
         page.get_by_role("button", name="Look up").click()
         expect(page.locator("table.list tbody tr")).to_have_count(1)
@@ -924,9 +923,7 @@ def test_every_console_page_runs_under_a_strict_csp_without_violations_or_errors
 
 
 def test_the_browser_finds_every_resource_it_asks_for(cli, ui):
-    code, _, err = cli("admins", "create", "support-user", "--role", "support", "--password-stdin",
-                       input=PASSWORD + "\n")
-    assert code == 0, err
+    make_admin(cli, "support-user", "support")
     view = ui()
     view.sign_in("support-user")
     expect(view.page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()

@@ -21,8 +21,8 @@ import requests
 
 from admin_app import create_app
 from tests.conftest import EXAMPLES, governed_config, serve
+from tests.helpers import PASSWORD, make_admin, session_bearer
 
-PASSWORD = "correct horse battery"
 ROLES = ("admin", "auditor", "approver", "support")
 HOLDERS = {  # the permission matrix the issue states, written out rather than imported
     "runs:read": {"admin", "auditor", "support"},
@@ -51,12 +51,6 @@ NOTE_MAX_CHARS = 1_048_576
 
 
 # ---------------------------------------------------------------- console users and browsers
-
-def make_admin(cli, name: str, role: str) -> str:
-    code, _, err = cli("admins", "create", name, "--role", role, "--password-stdin", input=PASSWORD + "\n")
-    assert code == 0, err
-    return name
-
 
 def csrf_of(html: str) -> str:
     match = re.search(r'name="csrf_token" value="([^"]+)"', html)
@@ -174,7 +168,7 @@ class Agent:
     def __init__(self, server, session: dict):
         self.server, self.session = server, session
         self.sid = session["session_id"]
-        self.headers = {"Authorization": f"Bearer {session['access_token']}"}
+        self.headers = session_bearer(session)
         self._revision = None
 
     def turn(self, conversation: str, turn: str, text: str) -> str:
@@ -334,7 +328,7 @@ def test_wrong_password_and_unknown_user_get_the_same_generic_401(server, cli, s
 
 def test_a_strangers_failures_slow_the_account_but_never_refuse_the_right_password(server, cli, sql,
                                                                                   monkeypatch):
-    from admin_app.console import sign_in_throttle as throttle
+    from admin_app.identity import sign_in_throttle as throttle
 
     # Quick steps for the test; this live server sees every browser at one address, whose own
     # limit is tested in tests/test_console_sessions.py.

@@ -16,13 +16,12 @@ from argon2 import PasswordHasher
 from admin_app import create_app
 from admin_app.config import Settings
 from admin_app.console import auth as console_auth
-from admin_app.console import sign_in_throttle as throttle
+from admin_app.identity import sign_in_throttle as throttle
 from admin_app.identity import admins as identity_admins
 from tests.conftest import serve
-from tests.test_console_server import (GENERIC, PASSWORD, Browser, csrf_of, flashes, location, make_admin,
-                                       signed_in)
+from tests.helpers import NEW_PASSWORD, PASSWORD, make_admin, row_count
+from tests.test_console_server import GENERIC, Browser, csrf_of, flashes, location, signed_in
 
-NEW_PASSWORD = "a brand new long password"
 SIGN_IN = "/console/login"
 
 
@@ -53,10 +52,6 @@ def copy_of(browser: Browser) -> Browser:
     return thief
 
 
-def table_count(sql, table: str) -> int:
-    return sql(f"SELECT count(*) FROM {table}")[0][0]
-
-
 def open_sessions(sql, username: str) -> int:
     return sql("SELECT count(*) FROM bz_console_sessions s JOIN bz_admins a ON a.id = s.admin_id "
                "WHERE a.username = %s AND s.ended_at IS NULL", (username,))[0][0]
@@ -82,7 +77,7 @@ def test_an_old_cookie_after_sign_out_is_refused_on_every_console_route(app, ser
     assert sql("SELECT end_reason FROM bz_console_sessions") == [("signed_out",)]
 
     def state():
-        return (table_count(sql, "bz_admin_events"), table_count(sql, "bz_console_sessions"),
+        return (row_count(sql, "bz_admin_events"), row_count(sql, "bz_console_sessions"),
                 sql("SELECT username, role, disabled, password_hash FROM bz_admins"))
 
     before = state()
@@ -202,14 +197,14 @@ def test_a_wrong_current_password_changes_nothing(server, cli, sql):
     make_admin(cli, "ann", "auditor")
     here, elsewhere = signed_in(server.url, "ann"), signed_in(server.url, "ann")
     hash_before = sql("SELECT password_hash FROM bz_admins")
-    events_before = table_count(sql, "bz_admin_events")
+    events_before = row_count(sql, "bz_admin_events")
     out = here.post("/console/account/password", data={
         "csrf_token": here.token(), "current_password": "not the password", "new_password": NEW_PASSWORD,
         "confirm_password": NEW_PASSWORD})
     assert out.status_code == 303
     assert flashes(here.get("/console/account").text) == ["The current password is not right."]
     assert sql("SELECT password_hash FROM bz_admins") == hash_before
-    assert table_count(sql, "bz_admin_events") == events_before
+    assert row_count(sql, "bz_admin_events") == events_before
     assert elsewhere.get("/console/conversations/").status_code == 200
 
 
@@ -287,7 +282,7 @@ def test_ipv6_addresses_are_counted_per_64(app):
 
 def test_unknown_usernames_add_a_bounded_number_of_rows(app, cli, sql, quick, monkeypatch):
     cheap = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    monkeypatch.setattr(console_auth, "_DUMMY_HASH", cheap.hash("x"))
+    monkeypatch.setattr(throttle, "_NO_ADMIN_HASH", cheap.hash("x"))
     monkeypatch.setattr(throttle, "ADDRESS_FREE_FAILURES", 10_000)
     client = app.test_client()
     names = 3 * throttle.UNKNOWN_BUCKETS
@@ -321,8 +316,8 @@ def test_concurrent_password_checks_are_bounded_and_the_excess_gets_429(app, cli
         busy = sign_in(app.test_client(), "ann", PASSWORD, "198.51.100.20")
         assert busy.status_code == 429
         assert busy.headers["Retry-After"] == str(identity_admins.BUSY_RETRY_AFTER_SECONDS)
-        assert table_count(sql, "bz_console_sessions") == 0
-        assert table_count(sql, "bz_sign_in_failures") == 0
+        assert row_count(sql, "bz_console_sessions") == 0
+        assert row_count(sql, "bz_sign_in_failures") == 0
     finally:
         slots.release()
     assert sign_in(app.test_client(), "ann", PASSWORD, "198.51.100.20").status_code == 303
@@ -372,7 +367,25 @@ def test_a_disabled_admin_cannot_sign_in_even_with_the_right_password(app, cli, 
     cli("admins", "disable", "ann")
     response = sign_in(app.test_client(), "ann", PASSWORD, "198.51.100.20")
     assert response.status_code == 401 and GENERIC in response.get_data(as_text=True)
-    assert table_count(sql, "bz_console_sessions") == 0
+    assert row_count(sql, "bz_console_sessions") == 0
+
+
+def test_an_attempt_finds_its_admin_and_loses_it_once_disabled(app, cli):
+    make_admin(cli, "ann", "admin")
+    database = app.extensions["bailing"].db
+    with database.session() as db:
+        known = throttle.attempt(db, "ann", "198.51.100.20")
+        unknown = throttle.attempt(db, "nobody", "198.51.100.20")
+    assert known.account == f"admin:{known.admin_id}" and known.address == "address:198.51.100.20"
+    assert known.password_hash.startswith("$argon2") and known.password_hash != unknown.password_hash
+    assert unknown.admin_id is None and unknown.account.startswith("unknown:")
+    assert not identity_admins.verify_password(unknown.password_hash, PASSWORD)
+    with database.session() as db:
+        assert throttle.admin_to_sign_in(db, known).username == "ann"
+        assert throttle.admin_to_sign_in(db, unknown) is None
+    cli("admins", "disable", "ann")
+    with database.session() as db:
+        assert throttle.admin_to_sign_in(db, known) is None
 
 
 # ================================================================ input and output hygiene
@@ -415,7 +428,7 @@ def test_control_characters_in_a_sign_in_form_answer_400_and_count_nothing(app, 
         data = {"username": "ann", "password": PASSWORD, "next": "/console/", "csrf_token": token}
         data[field] = f"a{char}b"
         assert client.post(SIGN_IN, data=data).status_code == 400, field
-    assert table_count(sql, "bz_sign_in_failures") == 0 and table_count(sql, "bz_console_sessions") == 0
+    assert row_count(sql, "bz_sign_in_failures") == 0 and row_count(sql, "bz_console_sessions") == 0
 
 
 def test_line_breaks_in_a_form_field_are_allowed(app, cli, sql):

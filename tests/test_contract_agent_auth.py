@@ -14,11 +14,11 @@ import re
 import secrets
 import uuid
 from datetime import datetime, timedelta
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from .conftest import EXAMPLES
+from .helpers import assert_error, bearer, query_of, row_counts
 
 AUTH = "/agent-auth/v1"
 CALLBACK = "http://127.0.0.1:49152/callback"
@@ -35,10 +35,6 @@ TOKEN_KEYS = {"token_type", "access_token", "expires_in", "refresh_token", "refr
 TABLES = ("bz_agent_authorizations", "bz_agent_sessions", "bz_agent_refresh_history")
 
 
-def bearer(token: str | None) -> dict:
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
 def is_uuid(value) -> bool:
     try:
         return str(uuid.UUID(value)) == value
@@ -51,22 +47,10 @@ def moment(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def query_of(url: str) -> dict:
-    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
-
-
 def pkce() -> tuple[str, str]:
     verifier = secrets.token_urlsafe(48)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
     return verifier, challenge
-
-
-def refused(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["error"] == code, body
-    assert response.headers["Cache-Control"] == "no-store"
-    return body
 
 
 class Hub:
@@ -76,13 +60,14 @@ class Hub:
     def post(self, path: str, body=None, token: str | None = None, **kwargs):
         if body is not None:
             kwargs["json"] = body
-        return self.live.post(AUTH + path, headers={**bearer(token), **kwargs.pop("headers", {})}, **kwargs)
+        headers = {**(bearer(token) if token else {}), **kwargs.pop("headers", {})}
+        return self.live.post(AUTH + path, headers=headers, **kwargs)
 
     def get(self, path: str, token: str | None = None, **kwargs):
-        return self.live.get(AUTH + path, headers=bearer(token), **kwargs)
+        return self.live.get(AUTH + path, headers=bearer(token) if token else {}, **kwargs)
 
     def counts(self) -> dict:
-        return {t: self.sql(f"SELECT count(*) FROM {t}")[0][0] for t in TABLES}
+        return row_counts(self.sql, *TABLES)
 
     def fingerprint(self) -> list:
         return [self.sql(f"SELECT row_to_json(t)::text FROM {t} t ORDER BY 1") for t in TABLES]
@@ -224,7 +209,7 @@ def test_create_accepts_an_ipv6_loopback_callback_and_long_fields_at_their_limit
 ])
 def test_create_refusals_write_nothing(hub, overrides, code):
     before = hub.counts()
-    refused(hub.start(**overrides)[0], 400, code)
+    assert_error(hub.start(**overrides)[0], 400, code)
     assert hub.counts() == before
 
 
@@ -232,7 +217,7 @@ def test_create_with_an_authorize_page_no_longer_valid_is_503(hub):
     hub.sql("UPDATE bz_client_apps SET agent_authorize_url = 'http://biz.example.com/authorize' "
             "WHERE app_id = %s", (HTTPS,))
     before = hub.counts()
-    refused(hub.start(HTTPS)[0], 503, "agent_authorize_url_invalid")
+    assert_error(hub.start(HTTPS)[0], 503, "agent_authorize_url_invalid")
     assert hub.counts() == before
 
 
@@ -241,7 +226,7 @@ def test_create_is_limited_to_ten_a_minute_per_client_and_address(hub):
         assert hub.start()[0].status_code == 201
     before = hub.counts()
     response = hub.start()[0]
-    refused(response, 429, "rate_limited")
+    assert_error(response, 429, "rate_limited")
     assert int(response.headers["Retry-After"]) > 0
     assert hub.counts() == before
     assert hub.start(HTTPS)[0].status_code == 201  # another client has its own budget
@@ -285,14 +270,14 @@ def test_context_reports_the_session_once_consumed_and_revoked(hub):
 def test_context_of_what_is_not_the_clients_is_404(hub, which):
     authorization_id, _, _ = hub.pending(OTHER)
     ident = {"not-a-uuid": "abc", "unknown": str(uuid.uuid4()), "other-clients": authorization_id}[which]
-    refused(hub.get(f"/authorizations/{ident}", hub.tokens[CLIENT]), 404, "not_found")
+    assert_error(hub.get(f"/authorizations/{ident}", hub.tokens[CLIENT]), 404, "not_found")
 
 
 def test_context_client_token_only_in_the_header(hub):
     authorization_id, _, _ = hub.pending()
-    refused(hub.get(f"/authorizations/{authorization_id}"), 401, "unauthorized")
-    refused(hub.get(f"/authorizations/{authorization_id}?access_token={hub.tokens[CLIENT]}"), 401, "unauthorized")
-    refused(hub.get(f"/authorizations/{authorization_id}", "bzct_" + "A" * 43), 401, "unauthorized")
+    assert_error(hub.get(f"/authorizations/{authorization_id}"), 401, "unauthorized")
+    assert_error(hub.get(f"/authorizations/{authorization_id}?access_token={hub.tokens[CLIENT]}"), 401, "unauthorized")
+    assert_error(hub.get(f"/authorizations/{authorization_id}", "bzct_" + "A" * 43), 401, "unauthorized")
 
 
 # ================================================================ approve and deny
@@ -333,7 +318,7 @@ def test_approve_refusals_leave_the_request_pending(hub, overrides, status, code
     body = {"principal": PRINCIPAL, "on_behalf_of": SUBJECT, "allowed_routes": [ROUTE], **overrides}
     body = {k: v for k, v in body.items() if v is not None}
     before = hub.fingerprint()
-    refused(hub.post(f"/authorizations/{authorization_id}/approve", body, hub.tokens[CLIENT]), status, code)
+    assert_error(hub.post(f"/authorizations/{authorization_id}/approve", body, hub.tokens[CLIENT]), status, code)
     assert hub.fingerprint() == before
     assert hub.status(authorization_id) == ("pending", None)
 
@@ -342,7 +327,7 @@ def test_approve_beyond_the_client_list_is_403(hub):
     authorization_id, _, _ = hub.pending(WIDE, (ROUTE, SECOND))
     hub.sql("UPDATE bz_client_apps SET allowed_routes = %s WHERE app_id = %s", ([ROUTE], WIDE))
     before = hub.fingerprint()
-    refused(hub.approve(authorization_id, WIDE, allowed_routes=[ROUTE, SECOND]), 403, "route_not_allowed")
+    assert_error(hub.approve(authorization_id, WIDE, allowed_routes=[ROUTE, SECOND]), 403, "route_not_allowed")
     assert hub.fingerprint() == before
 
 
@@ -359,11 +344,11 @@ def test_decisions_on_a_terminal_or_unknown_request(hub, action):
     hub.sql("UPDATE bz_agent_authorizations SET expires_at = now() - interval '1 second' WHERE id = %s", (expired,))
     others, _, _ = hub.pending(OTHER)
     before = hub.fingerprint()
-    refused(decide(decided), 409, "invalid_state")
-    refused(decide(expired), 410, "expired")
-    refused(decide(others), 404, "not_found")
-    refused(decide("not-a-uuid"), 404, "not_found")
-    refused(decide(str(uuid.uuid4())), 404, "not_found")
+    assert_error(decide(decided), 409, "invalid_state")
+    assert_error(decide(expired), 410, "expired")
+    assert_error(decide(others), 404, "not_found")
+    assert_error(decide("not-a-uuid"), 404, "not_found")
+    assert_error(decide(str(uuid.uuid4())), 404, "not_found")
     assert hub.fingerprint() == before
     assert hub.get(f"/authorizations/{expired}", hub.tokens[CLIENT]).json()["status"] == "expired"
 
@@ -388,8 +373,8 @@ def test_deny_takes_no_body_at_all(hub):
 def test_deny_with_a_non_empty_body_is_400(hub):
     authorization_id, _, _ = hub.pending()
     before = hub.fingerprint()
-    refused(hub.post(f"/authorizations/{authorization_id}/deny", {"reason": "no"}, hub.tokens[CLIENT]),
-            400, "invalid_request")
+    assert_error(hub.post(f"/authorizations/{authorization_id}/deny", {"reason": "no"}, hub.tokens[CLIENT]),
+                 400, "invalid_request")
     assert hub.fingerprint() == before
 
 
@@ -401,7 +386,7 @@ def test_withdrawing_a_pending_request_makes_it_terminal(hub):
     assert response.status_code == 200, response.text
     assert response.json() == {"authorization_id": authorization_id, "revoked": True}
     assert hub.get(f"/authorizations/{authorization_id}", hub.tokens[CLIENT]).json()["status"] == "denied"
-    refused(hub.approve(authorization_id), 409, "invalid_state")
+    assert_error(hub.approve(authorization_id), 409, "invalid_state")
 
 
 def test_withdrawing_an_approved_request_voids_its_code(hub):
@@ -410,7 +395,7 @@ def test_withdrawing_an_approved_request_voids_its_code(hub):
     assert response.status_code == 200, response.text
     assert "session_id" not in response.json()
     sessions = hub.counts()["bz_agent_sessions"]
-    refused(hub.exchange(grant), 400, "invalid_grant")
+    assert_error(hub.exchange(grant), 400, "invalid_grant")
     assert hub.counts()["bz_agent_sessions"] == sessions
 
 
@@ -437,7 +422,7 @@ def test_withdraw_refusals_change_nothing(hub, case, status, code):
     kwargs = {"data": b"{}" + b" " * 4095} if case == "over-4-kib" else {}
     body = {"reason": "x"} if case == "body" else None
     before = hub.fingerprint()
-    refused(hub.post(f"/authorizations/{ident}/revoke", body, token, **kwargs), status, code)
+    assert_error(hub.post(f"/authorizations/{ident}/revoke", body, token, **kwargs), status, code)
     assert hub.fingerprint() == before
     assert hub.works(tokens["access_token"])
 
@@ -497,7 +482,7 @@ def test_token_request_refusals(hub, body, code):
     hub.session()
     before = hub.fingerprint()
     response = hub.post("/token", body)
-    refused(response, 400, code)
+    assert_error(response, 400, code)
     assert response.headers["Pragma"] == "no-cache"
     assert hub.fingerprint() == before
 
@@ -526,7 +511,7 @@ def test_code_exchange_refusals_are_invalid_grant_and_issue_nothing(hub, case):
         hub.sql("UPDATE bz_agent_authorizations SET code_expires_at = now() - interval '1 second'")
     before = hub.fingerprint()
     response = hub.exchange(grant, **overrides)
-    refused(response, 400, "invalid_grant")
+    assert_error(response, 400, "invalid_grant")
     assert response.headers["Pragma"] == "no-cache"
     assert hub.fingerprint() == before
     assert hub.status(grant["authorization_id"])[0] == "approved"
@@ -536,17 +521,17 @@ def test_a_replayed_code_is_invalid_grant(hub):
     grant = hub.code()
     assert_token_response(hub.exchange(grant))
     sessions = hub.counts()["bz_agent_sessions"]
-    refused(hub.exchange(grant), 400, "invalid_grant")
+    assert_error(hub.exchange(grant), 400, "invalid_grant")
     assert hub.counts()["bz_agent_sessions"] == sessions
 
 
 def test_reusing_a_rotated_refresh_token_revokes_the_whole_session(hub):
     first = hub.session()
     second = assert_token_response(hub.refresh(first["refresh_token"]))
-    refused(hub.refresh(first["refresh_token"]), 400, "invalid_grant")
+    assert_error(hub.refresh(first["refresh_token"]), 400, "invalid_grant")
     assert hub.revoked_at(first["session_id"]) is not None
     assert not hub.works(second["access_token"])
-    refused(hub.refresh(second["refresh_token"]), 400, "invalid_grant")
+    assert_error(hub.refresh(second["refresh_token"]), 400, "invalid_grant")
 
 
 @pytest.mark.parametrize("case", ["disabled-client", "page-no-longer-valid", "other-client", "revoked"])
@@ -563,7 +548,7 @@ def test_refresh_refusals_are_invalid_grant_and_rotate_nothing(hub, case):
     else:
         hub.sql("UPDATE bz_agent_sessions SET revoked_at = now()")
     before = hub.fingerprint()
-    refused(hub.refresh(tokens["refresh_token"], client), 400, "invalid_grant")
+    assert_error(hub.refresh(tokens["refresh_token"], client), 400, "invalid_grant")
     assert hub.fingerprint() == before
 
 
@@ -640,7 +625,7 @@ def test_agent_bearer_validity(hub, case):
         response = hub.get("/session", access)
         expect = 200 if case == "page-removed-is-still-fine" else 401
     if expect == 401:
-        refused(response, 401, "unauthorized")
+        assert_error(response, 401, "unauthorized")
     else:
         assert response.status_code == 200, response.text
 
@@ -671,7 +656,7 @@ def test_revoke_with_a_bearer_that_is_not_an_access_token_is_401(hub, header):
     tokens = hub.session()
     before = hub.fingerprint()
     body = {"client_app_id": CLIENT, "refresh_token": tokens["refresh_token"]}
-    refused(hub.live.post(AUTH + "/revoke", json=body, headers={"Authorization": header}), 401, "unauthorized")
+    assert_error(hub.live.post(AUTH + "/revoke", json=body, headers={"Authorization": header}), 401, "unauthorized")
     assert hub.fingerprint() == before
 
 
@@ -698,7 +683,7 @@ def test_revoke_by_refresh_token_without_a_bearer(hub):
 def test_revoke_without_bearer_and_without_body_is_400(hub):
     hub.session()
     before = hub.fingerprint()
-    refused(hub.post("/revoke", None, data=b""), 400, "invalid_request")
+    assert_error(hub.post("/revoke", None, data=b""), 400, "invalid_request")
     assert hub.fingerprint() == before
 
 
@@ -714,7 +699,7 @@ def test_revoke_without_bearer_takes_only_client_and_refresh_token(hub, body):
     tokens = hub.session()
     body = {k: {"RT": tokens["refresh_token"], "AT": tokens["access_token"]}.get(v, v) for k, v in body.items()}
     before = hub.fingerprint()
-    refused(hub.post("/revoke", body), 400, "invalid_request")
+    assert_error(hub.post("/revoke", body), 400, "invalid_request")
     assert hub.fingerprint() == before
 
 
@@ -749,7 +734,7 @@ def test_client_revoke_refusals(hub, which, token, status, code):
         response = hub.post(f"{path}?client_token={hub.tokens[CLIENT]}")
     else:
         response = hub.post(path, None, hub.tokens.get(token))
-    refused(response, status, code)
+    assert_error(response, status, code)
     assert hub.fingerprint() == before
     assert hub.works(tokens["access_token"])
 
@@ -757,6 +742,6 @@ def test_client_revoke_refusals(hub, which, token, status, code):
 # ================================================================ paths
 
 def test_unknown_paths_and_methods(hub):
-    refused(hub.get("/nothing-here"), 404, "not_found")
-    refused(hub.live.get(AUTH + "/token"), 405, "method_not_allowed")
-    refused(hub.live.get(AUTH + "/revoke"), 405, "method_not_allowed")
+    assert_error(hub.get("/nothing-here"), 404, "not_found")
+    assert_error(hub.live.get(AUTH + "/token"), 405, "method_not_allowed")
+    assert_error(hub.live.get(AUTH + "/revoke"), 405, "method_not_allowed")

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.helpers import admin_token, assert_error, bearer, session_bearer
 from tests.test_tool_invocations import BIG_CREDIT, CUSTOMER, Agent, job_id_of
 
 AUDITS = "/agent-api/v1/conversation-audits"
@@ -28,7 +29,6 @@ CREATE_V2 = "bailing.agent-conversation-audit-create.v2"
 LIST = "bailing.agent-conversation-audit-list.v1"
 DETAIL = "bailing.agent-conversation-audit-detail.v1"
 CONV = "conversation-stable-id"
-PASSWORD = "correct horse battery staple\n"
 TABLES = ("bz_agent_conversation_archives", "bz_agent_conversation_members",
           "bz_agent_conversation_events")
 ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -59,17 +59,9 @@ def people(two_apps, issue_session):
                            e=issue_session(client="erp-demo", routes="orders"))
 
 
-def admin_token(cli, name: str, role: str) -> dict:
-    code, _, err = cli("admins", "create", name, "--role", role, "--password-stdin", input=PASSWORD)
-    assert code == 0, err
-    code, out, err = cli("admins", "token", name)
-    assert code == 0, err
-    return {"Authorization": f"Bearer {out['token']}"}
-
-
 @pytest.fixture
 def reader(cli, configured):
-    return admin_token(cli, "reader", "support")
+    return bearer(admin_token(cli, "reader", "support"))
 
 
 @pytest.fixture
@@ -86,10 +78,6 @@ def unchanged(sql):
 
 
 # ----------------------------------------------------------------------------- requests
-
-def auth(who: dict) -> dict:
-    return {"Authorization": f"Bearer {who['access_token']}"}
-
 
 def sid(who: dict) -> str:
     return who["session_id"]
@@ -116,8 +104,8 @@ def v2(*members: dict, archive: str | None = None) -> dict:
 
 def post(server, who: dict, path: str, body=None, raw: bytes | None = None):
     if raw is not None:
-        return server.post(AUDITS + path, data=raw, headers=auth(who))
-    return server.post(AUDITS + path, json=body, headers=auth(who))
+        return server.post(AUDITS + path, data=raw, headers=session_bearer(who))
+    return server.post(AUDITS + path, json=body, headers=session_bearer(who))
 
 
 def ev(seq: int, kind: str, turn: str = "turn-1", **fields) -> dict:
@@ -139,14 +127,6 @@ def flat_header(response) -> dict:
     return header
 
 
-def refused(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers["Cache-Control"] == "no-store"
-    body = response.json()
-    assert body["error"] == code, body
-    return body
-
-
 def ready(server, creator: dict, *others: dict) -> str:
     cid = flat_header(post(server, creator, "", v1(creator, *others)))["conversation_id"]
     for other in others:
@@ -155,7 +135,7 @@ def ready(server, creator: dict, *others: dict) -> str:
 
 
 def turn_of(server, who: dict, turn: str = "turn-1", route: str = "customers") -> str:
-    response = server.post(f"/agent-api/v1/workspaces/{route}/turns", headers=auth(who), json={
+    response = server.post(f"/agent-api/v1/workspaces/{route}/turns", headers=session_bearer(who), json={
         "client_conversation_id": CONV, "client_turn_id": turn, "user_message_id": f"msg-{turn}",
         "user_input": "Compare the two stores."})
     assert response.status_code == 200, response.text
@@ -165,7 +145,7 @@ def turn_of(server, who: dict, turn: str = "turn-1", route: str = "customers") -
 # ============================================================================= §2.19 agent surface
 
 def test_capabilities(server, people):
-    response = server.get(f"{AUDITS}/capabilities", headers=auth(people.a))
+    response = server.get(f"{AUDITS}/capabilities", headers=session_bearer(people.a))
     assert response.status_code == 200 and response.headers["Cache-Control"] == "no-store"
     assert response.json() == {"schema": CAPABILITIES, "cross_binding_members": True,
                                "member_bindings": "session-client-route.v1"}
@@ -210,12 +190,12 @@ def test_v2_create_puts_the_writers_binding_in_the_header_wherever_it_stands(ser
 
 def test_a_creator_outside_the_members_is_404(server, people, unchanged):
     with unchanged():
-        refused(post(server, people.a, "", v1(people.b)), 404, "conversation_audit_not_found")
-        refused(post(server, people.a, "", v2(crm(people.b), erp(people.e))), 404,
-                "conversation_audit_not_found")
+        assert_error(post(server, people.a, "", v1(people.b)), 404, "conversation_audit_not_found")
+        assert_error(post(server, people.a, "", v2(crm(people.b), erp(people.e))), 404,
+                     "conversation_audit_not_found")
         # the bearer's session named with another app is no writer either
-        refused(post(server, people.a, "", v2({**crm(people.a), "client_app_id": "erp-demo"}, erp(people.e))),
-                404, "conversation_audit_not_found")
+        assert_error(post(server, people.a, "", v2({**crm(people.a), "client_app_id": "erp-demo"}, erp(people.e))),
+                     404, "conversation_audit_not_found")
 
 
 CREATE_400 = {
@@ -245,7 +225,7 @@ CREATE_400 = {
 @pytest.mark.parametrize("case", CREATE_400)
 def test_create_refusals_are_400_and_write_nothing(server, people, unchanged, case):
     with unchanged():
-        refused(post(server, people.a, "", CREATE_400[case](people)), 400, "invalid_request")
+        assert_error(post(server, people.a, "", CREATE_400[case](people)), 400, "invalid_request")
 
 
 def test_confirm_is_200_with_the_flat_header_and_takes_no_body_or_an_empty_object(server, people):
@@ -259,10 +239,10 @@ def test_confirm_is_200_with_the_flat_header_and_takes_no_body_or_an_empty_objec
 def test_confirm_naming_a_session_is_400_and_by_a_non_member_404(server, people, unchanged):
     cid = flat_header(post(server, people.a, "", v1(people.a, people.b)))["conversation_id"]
     with unchanged():
-        refused(post(server, people.a, f"/{cid}/confirm", {"session_id": sid(people.b)}), 400, "invalid_request")
-        refused(post(server, people.b, f"/{cid}/confirm", {"session_id": sid(people.b)}), 400, "invalid_request")
-        refused(post(server, people.c, f"/{cid}/confirm", {}), 404, "conversation_audit_not_found")
-        refused(post(server, people.e, f"/{cid}/confirm", {}), 404, "conversation_audit_not_found")
+        assert_error(post(server, people.a, f"/{cid}/confirm", {"session_id": sid(people.b)}), 400, "invalid_request")
+        assert_error(post(server, people.b, f"/{cid}/confirm", {"session_id": sid(people.b)}), 400, "invalid_request")
+        assert_error(post(server, people.c, f"/{cid}/confirm", {}), 404, "conversation_audit_not_found")
+        assert_error(post(server, people.e, f"/{cid}/confirm", {}), 404, "conversation_audit_not_found")
 
 
 def test_events_are_acknowledged_and_an_identical_retry_gets_the_identical_ack(server, people, sql):
@@ -282,8 +262,8 @@ def test_only_the_writer_appends_in_v2(server, people, unchanged):
     cid = flat_header(post(server, people.e, "", v2(crm(people.a), erp(people.e))))["conversation_id"]
     flat_header(post(server, people.a, f"/{cid}/confirm", {}))
     with unchanged():
-        refused(post(server, people.a, f"/{cid}/events", {"events": [ev(1, "turn_start")]}), 404,
-                "conversation_audit_not_found")
+        assert_error(post(server, people.a, f"/{cid}/events", {"events": [ev(1, "turn_start")]}), 404,
+                     "conversation_audit_not_found")
 
 
 EVENTS_REFUSED = {
@@ -310,7 +290,7 @@ def test_event_rules_and_limits(server, people, unchanged, case):
     cid = ready(server, people.a, people.b)
     batch, status, code = EVENTS_REFUSED[case]
     with unchanged():
-        refused(post(server, people.a, f"/{cid}/events", {"events": batch}), status, code)
+        assert_error(post(server, people.a, f"/{cid}/events", {"events": batch}), status, code)
 
 
 def test_64000_characters_and_a_first_sequence_of_20000_are_within_the_limits(server, people, sql):
@@ -319,8 +299,8 @@ def test_64000_characters_and_a_first_sequence_of_20000_are_within_the_limits(se
                     {"events": [ev(1, "turn_start"), ev(2, "user_message", content="é" * 64000)]})
     assert response.status_code == 200, response.text
     # 20 000 itself is no limit (a gap is what refuses it here)
-    refused(post(server, people.a, f"/{cid}/events", {"events": [ev(20000, "turn_end", status="completed")]}),
-            409, "conversation_audit_conflict")
+    assert_error(post(server, people.a, f"/{cid}/events", {"events": [ev(20000, "turn_end", status="completed")]}),
+                 409, "conversation_audit_conflict")
 
 
 def test_run_link_uuids_are_case_insensitive(server, people, sql):
@@ -338,8 +318,8 @@ def test_every_post_reads_at_most_2_mib(server, people, unchanged, path):
     cid = flat_header(post(server, people.a, "", v1(people.a, people.b)))["conversation_id"]
     padding = json.dumps({"events": [], "pad": "x" * (2 * 1024 * 1024)}).encode()
     with unchanged():
-        refused(post(server, people.b if "confirm" in path else people.a, path.format(cid=cid), raw=padding),
-                413, "conversation_audit_limit")
+        assert_error(post(server, people.b if "confirm" in path else people.a, path.format(cid=cid), raw=padding),
+                     413, "conversation_audit_limit")
 
 
 @pytest.mark.parametrize("method, path", [
@@ -353,15 +333,15 @@ def test_anything_else_under_the_base_is_404_not_found_without_text(server, peop
                   {"events": [ev(1, "turn_start"), ev(2, "user_message", content="Secret question")]})
     assert stored.status_code == 200
     with unchanged():
-        response = server.request(method, AUDITS + path.format(cid=cid), headers=auth(people.a), json={})
-        refused(response, 404, "not_found")
+        response = server.request(method, AUDITS + path.format(cid=cid), headers=session_bearer(people.a), json={})
+        assert_error(response, 404, "not_found")
     assert "Secret question" not in response.text
 
 
 def test_a_36_character_archive_reference_that_is_no_uuid_is_400(server, people, unchanged):
     ready(server, people.a, people.b)
     with unchanged():
-        refused(post(server, people.a, "/" + "-" * 36 + "/confirm", {}), 400, "invalid_request")
+        assert_error(post(server, people.a, "/" + "-" * 36 + "/confirm", {}), 400, "invalid_request")
 
 
 # ============================================================================= §4.1 admin reads
@@ -387,7 +367,7 @@ def test_admin_list_shape_default_limit_and_clamping(server, people, reader):
 
 @pytest.mark.parametrize("query", ["limit=-1", "limit=1.0", "offset=abc", "limit=9007199254740992"])
 def test_admin_list_numbers_must_be_plain_safe_integers(server, people, reader, query):
-    refused(server.get(f"{ADMIN}?{query}", headers=reader), 400, "invalid_request")
+    assert_error(server.get(f"{ADMIN}?{query}", headers=reader), 400, "invalid_request")
 
 
 def test_admin_detail_members_events_and_paging(server, people, reader, sql):
@@ -435,7 +415,7 @@ def test_admin_detail_members_events_and_paging(server, people, reader, sql):
     assert ([e["sequence"] for e in page["events"]], page["has_more"], page["next_after_sequence"]) == ([1], True, 1)
     page = server.get(f"{ADMIN}/{cid}", params={"after_sequence": "4", "limit": "500"}, headers=reader).json()
     assert ([e["sequence"] for e in page["events"]], page["has_more"], page["next_after_sequence"]) == ([5], False, 5)
-    refused(server.get(f"{ADMIN}/{cid}", params={"after_sequence": "-1"}, headers=reader), 400, "invalid_request")
+    assert_error(server.get(f"{ADMIN}/{cid}", params={"after_sequence": "-1"}, headers=reader), 400, "invalid_request")
 
 
 @pytest.mark.parametrize("ref, status, code", [
@@ -446,7 +426,7 @@ def test_admin_detail_members_events_and_paging(server, people, reader, sql):
     ("short", 404, "not_found"),
 ])
 def test_admin_detail_references(server, reader, configured, ref, status, code):
-    refused(server.get(f"{ADMIN}/{ref}", headers=reader), status, code)
+    assert_error(server.get(f"{ADMIN}/{ref}", headers=reader), status, code)
 
 
 @pytest.mark.parametrize("method, path", [("POST", ""), ("DELETE", "/{cid}"), ("GET", "/{cid}/events"),
@@ -454,17 +434,17 @@ def test_admin_detail_references(server, reader, configured, ref, status, code):
 def test_admin_audits_are_read_only(server, people, reader, unchanged, method, path):
     cid = ready(server, people.a)
     with unchanged():
-        refused(server.request(method, ADMIN + path.format(cid=cid), headers=reader, json={}), 404, "not_found")
+        assert_error(server.request(method, ADMIN + path.format(cid=cid), headers=reader, json={}), 404, "not_found")
 
 
 @pytest.mark.parametrize("path", ["", "/{cid}"])
 def test_admin_reads_without_runs_read_are_403_forbidden(server, cli, people, path):
     cid = ready(server, people.a)
-    approver = admin_token(cli, "ann", "approver")
-    for headers in (approver, auth(people.a)):  # an admin without runs:read, an agent bearer
-        body = refused(server.get(ADMIN + path.format(cid=cid), headers=headers), 403, "forbidden")
+    approver = bearer(admin_token(cli, "ann", "approver"))
+    for headers in (approver, session_bearer(people.a)):  # an admin without runs:read, an agent bearer
+        body = assert_error(server.get(ADMIN + path.format(cid=cid), headers=headers), 403, "forbidden")
         assert cid not in json.dumps(body)
-    refused(server.get(ADMIN + path.format(cid=cid)), 401, "unauthorized")
+    assert_error(server.get(ADMIN + path.format(cid=cid)), 401, "unauthorized")
 
 
 # ============================================================================= §4.2 traces
@@ -480,7 +460,7 @@ def run_trace(server, headers, thread: int | str, run: str):
 
 def test_run_trace_of_a_completed_linked_run(server, people, reader, sql):
     run = turn_of(server, people.a)
-    done = server.post(f"/agent-api/v1/runs/{run}/complete", headers=auth(people.a), json={
+    done = server.post(f"/agent-api/v1/runs/{run}/complete", headers=session_bearer(people.a), json={
         "assistant_message_id": "answer-1", "content": "The answer.", "status": "completed",
         "model": "gpt-test", "runtime": "local-runtime", "usage": {"input_tokens": 12, "output_tokens": 3}})
     assert done.status_code == 200, done.text
@@ -532,11 +512,11 @@ def test_run_trace_of_an_unlinked_open_run_has_no_audit_fields(server, people, r
 def test_run_trace_refusals(server, cli, people, reader, sql):
     run = turn_of(server, people.a)
     thread = sql("SELECT thread_id FROM bz_runs WHERE id = %s", (run,))[0][0]
-    refused(run_trace(server, reader, thread + 1000, run), 404, "not_found")  # not on that thread
-    refused(run_trace(server, reader, thread, str(uuid.uuid4())), 404, "not_found")
-    refused(run_trace(server, reader, thread, "not-a-uuid"), 404, "not_found")
-    refused(run_trace(server, reader, "x", run), 404, "not_found")
-    refused(run_trace(server, admin_token(cli, "ann", "approver"), thread, run), 403, "forbidden")
+    assert_error(run_trace(server, reader, thread + 1000, run), 404, "not_found")  # not on that thread
+    assert_error(run_trace(server, reader, thread, str(uuid.uuid4())), 404, "not_found")
+    assert_error(run_trace(server, reader, thread, "not-a-uuid"), 404, "not_found")
+    assert_error(run_trace(server, reader, "x", run), 404, "not_found")
+    assert_error(run_trace(server, bearer(admin_token(cli, "ann", "approver")), thread, run), 403, "forbidden")
 
 
 @pytest.fixture
@@ -547,7 +527,7 @@ def tools_agent(server, governed) -> Agent:
 @pytest.fixture
 def tools_reader(cli, tools_agent) -> dict:
     """A support token on the governed hub (without `configured`, which would replace its config)."""
-    return admin_token(cli, "reader", "support")
+    return bearer(admin_token(cli, "reader", "support"))
 
 
 def test_run_trace_lists_its_tool_invocations_and_the_job_trace(server, tools_agent, tools_reader, sql):
@@ -593,5 +573,5 @@ def test_run_trace_lists_its_tool_invocations_and_the_job_trace(server, tools_ag
     assert trace["approvals"][0]["status"] == "pending" and trace["approvals"][0]["id"] == write["approval_id"]
     assert [m["role"] for m in trace["messages"]] == ["user"]
     assert "50000" not in job.text
-    refused(server.get(f"/admin/api/runs/{uuid.uuid4()}/trace", headers=reader), 404, "not_found")
-    refused(server.get("/admin/api/runs/not-a-job/trace", headers=reader), 404, "not_found")
+    assert_error(server.get(f"/admin/api/runs/{uuid.uuid4()}/trace", headers=reader), 404, "not_found")
+    assert_error(server.get("/admin/api/runs/not-a-job/trace", headers=reader), 404, "not_found")

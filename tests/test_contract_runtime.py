@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES
+from tests.helpers import assert_error, assert_ok, bearer, row_counts
 
 API = "/agent-api/v1"
 KNOWLEDGE = Path(__file__).parent / "data" / "knowledge"
@@ -61,17 +62,6 @@ def hub(*routes: dict, client_routes: list[str] | None = None) -> dict:
 
 
 @pytest.fixture
-def apply(cli, tmp_path):
-    def run(doc: dict) -> None:
-        path = tmp_path / f"hub-{uuid.uuid4().hex[:8]}.json"
-        path.write_text(json.dumps(doc))
-        code, _, err = cli("config", "apply", str(path))
-        assert code == 0, err
-
-    return run
-
-
-@pytest.fixture
 def session(cli):
     """An Agent Session of desk-app over these routes: (access token, session id)."""
 
@@ -90,32 +80,16 @@ def session(cli):
 
 
 def call(server, token: str, method: str, path: str, body=None, **kwargs):
-    headers = {"Authorization": f"Bearer {token}", **kwargs.pop("headers", {})}
+    headers = {**bearer(token), **kwargs.pop("headers", {})}
     if body is not None:
         kwargs["json"] = body
     return server.request(method, API + path, headers=headers, **kwargs)
 
 
-def ok(response) -> dict:
-    assert response.status_code == 200, response.text[:2000]
-    assert response.headers["Cache-Control"] == "no-store"
-    assert response.headers["Content-Type"].startswith("application/json")
-    return response.json()
-
-
-def refused(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text[:2000]
-    assert response.headers["Cache-Control"] == "no-store"
-    body = response.json()
-    assert body["error"] == code, body
-    assert isinstance(body["message"], str)
-    return body
-
-
 @pytest.fixture
 def counts(sql):
     def take() -> dict:
-        return {t: sql(f"SELECT count(*) FROM {t}")[0][0] for t in TABLES}
+        return row_counts(sql, *TABLES)
 
     return take
 
@@ -197,14 +171,15 @@ RUNTIME_GATE = [
 def test_runtime_gate_codes_in_order(server, gate, counts, route_key, status, code, method, path, body):
     token, _ = gate
     before = counts()
-    refused(call(server, token, method, path.format(route_key), body), status, code)
+    assert_error(call(server, token, method, path.format(route_key), body), status, code)
     assert counts() == before
 
 
 def test_runtime_surfaces_do_not_need_agent_direct(server, gate):
     token, _ = gate
-    assert ok(call(server, token, "GET", "/workspaces/no-direct/bootstrap"))["capabilities"]["authorized_total"] == 0
-    assert ok(call(server, token, "POST", "/workspaces/no-direct/turns", turn_body()))["active_tools"] == []
+    bootstrap = assert_ok(call(server, token, "GET", "/workspaces/no-direct/bootstrap"))
+    assert bootstrap["capabilities"]["authorized_total"] == 0
+    assert assert_ok(call(server, token, "POST", "/workspaces/no-direct/turns", turn_body()))["active_tools"] == []
 
 
 TOOLS_GATE = [
@@ -221,32 +196,32 @@ TOOLS_GATE = [
 @pytest.mark.parametrize("route_key, status, code", TOOLS_GATE, ids=[r[0] for r in TOOLS_GATE])
 def test_tool_surface_gate_codes_in_order(server, gate, route_key, status, code):
     token, _ = gate
-    refused(call(server, token, "GET", "/tools", params={"route": route_key}), status, code)
+    assert_error(call(server, token, "GET", "/tools", params={"route": route_key}), status, code)
 
 
 def test_the_tool_surface_does_not_need_agent_client(server, gate):
-    assert ok(call(server, gate[0], "GET", "/tools", params={"route": "no-runtime"}))["route"] == "no-runtime"
+    assert assert_ok(call(server, gate[0], "GET", "/tools", params={"route": "no-runtime"}))["route"] == "no-runtime"
 
 
 @pytest.mark.parametrize("segment", ["Open", "a", "x" * 65, "-open"])
 def test_a_path_segment_that_is_no_route_key_is_not_found(server, gate, segment):
-    refused(call(server, gate[0], "GET", f"/workspaces/{segment}/bootstrap"), 404, "not_found")
+    assert_error(call(server, gate[0], "GET", f"/workspaces/{segment}/bootstrap"), 404, "not_found")
 
 
 def test_a_wildcard_in_the_stored_lists_allows_every_route(server, apply, session, sql):
     apply(hub(route("open"), route("other"), client_routes=["open"]))
     token, _ = session(["open"])
-    refused(call(server, token, "GET", "/workspaces/other/bootstrap"), 403, "route_not_allowed")
+    assert_error(call(server, token, "GET", "/workspaces/other/bootstrap"), 403, "route_not_allowed")
     sql("UPDATE bz_client_apps SET allowed_routes = '{*}'")
     sql("UPDATE bz_agent_sessions SET allowed_routes = '{*}'")
-    assert [w["route"] for w in ok(call(server, token, "GET", "/workspaces"))["workspaces"]] == ["open", "other"]
-    ok(call(server, token, "GET", "/workspaces/other/bootstrap"))
+    assert [w["route"] for w in assert_ok(call(server, token, "GET", "/workspaces"))["workspaces"]] == ["open", "other"]
+    assert_ok(call(server, token, "GET", "/workspaces/other/bootstrap"))
 
 
 # ----------------------------------------------------------------------------- §2.2 workspaces
 
 def test_workspaces_list_every_route_that_passes_the_gate(server, gate):
-    body = ok(call(server, gate[0], "GET", "/workspaces"))
+    body = assert_ok(call(server, gate[0], "GET", "/workspaces"))
     assert set(body) == {"schema_version", "workspaces"}
     assert body["schema_version"] == "bailing.agent-workspaces.v1"
     assert [w["route"] for w in body["workspaces"]] == ["no-direct", "open"]
@@ -257,15 +232,15 @@ def test_a_workspace_entry_has_exactly_the_listed_fields(server, apply, session,
     token, _ = session(["desk"])
     # Configuration refuses control characters in names; older rows may still hold them.
     sql("UPDATE bz_routes SET name = %s, description = %s", ("Desk\x07desk", "  About\x1b the desk  "))
-    [entry] = ok(call(server, token, "GET", "/workspaces"))["workspaces"]
+    [entry] = assert_ok(call(server, token, "GET", "/workspaces"))["workspaces"]
     assert set(entry) == {"route", "name", "description", "profile", "permission", "profile_revision",
                           "capability_revision", "authorized_tool_count", "active_tool_limit"}
     assert entry["route"] == "desk"
     assert entry["name"] == "Desk desk" and entry["description"] == "About  the desk"
     assert isinstance(entry["profile"], str) and len(entry["profile"]) <= 64
     assert entry["permission"] == "full"
-    boot = ok(call(server, token, "GET", "/workspaces/desk/bootstrap"))
-    catalog = ok(call(server, token, "GET", "/tools", params={"route": "desk"}))
+    boot = assert_ok(call(server, token, "GET", "/workspaces/desk/bootstrap"))
+    catalog = assert_ok(call(server, token, "GET", "/tools", params={"route": "desk"}))
     assert entry["profile_revision"] == boot["profile"]["revision"]
     assert entry["capability_revision"] == boot["capabilities"]["revision"] == catalog["capability_revision"]
     assert entry["authorized_tool_count"] == len(catalog["tools"]) > 0
@@ -275,9 +250,9 @@ def test_a_workspace_entry_has_exactly_the_listed_fields(server, apply, session,
 def test_workspace_name_and_description_are_bounded(server, apply, session):
     apply(hub(route("desk", name="N" * 191, description="D" * 2000)))
     token, _ = session(["desk"])
-    [entry] = ok(call(server, token, "GET", "/workspaces"))["workspaces"]
+    [entry] = assert_ok(call(server, token, "GET", "/workspaces"))["workspaces"]
     assert entry["name"] == "N" * 128 and entry["description"] == "D" * 1000
-    workspace = ok(call(server, token, "GET", "/workspaces/desk/bootstrap"))["workspace"]
+    workspace = assert_ok(call(server, token, "GET", "/workspaces/desk/bootstrap"))["workspace"]
     assert workspace == {"route": "desk", "name": "N" * 128, "description": "D" * 1000}
 
 
@@ -288,7 +263,7 @@ def test_bootstrap_has_exactly_the_listed_shape(server, apply, session):
                                           "active_tool_limit": 6,
                                           "knowledge": {"enabled": True, "top_k": 3}})))
     token, _ = session(["desk"])
-    body = ok(call(server, token, "GET", "/workspaces/desk/bootstrap"))
+    body = assert_ok(call(server, token, "GET", "/workspaces/desk/bootstrap"))
     assert set(body) == {"schema_version", "workspace", "profile", "capabilities"}
     assert body["schema_version"] == "bailing.agent-runtime-profile.v1"
     assert body["workspace"] == {"route": "desk", "name": "Route desk", "description": "About desk"}
@@ -310,7 +285,7 @@ def test_bootstrap_has_exactly_the_listed_shape(server, apply, session):
     caps = body["capabilities"]
     assert set(caps) == {"revision", "authorized_total", "active_limit", "readonly", "writes",
                          "approval_required"}
-    tools = ok(call(server, token, "GET", "/tools", params={"route": "desk"}))["tools"]
+    tools = assert_ok(call(server, token, "GET", "/tools", params={"route": "desk"}))["tools"]
     assert caps["active_limit"] == 6 and caps["authorized_total"] == len(tools)
     assert caps["readonly"] == sum(t["readonly"] for t in tools)
     assert caps["writes"] == sum(not t["readonly"] for t in tools) == 1
@@ -318,7 +293,7 @@ def test_bootstrap_has_exactly_the_listed_shape(server, apply, session):
 
 
 def test_bootstrap_of_a_workspace_without_knowledge_shows_only_that(server, desk):
-    body = ok(call(server, desk[0], "GET", "/workspaces/desk/bootstrap"))
+    body = assert_ok(call(server, desk[0], "GET", "/workspaces/desk/bootstrap"))
     assert body["profile"]["knowledge"] == {"enabled": False, "sources": 0}
     assert body["capabilities"]["active_limit"] == 8  # the default
 
@@ -327,15 +302,15 @@ def test_bootstrap_of_a_workspace_without_knowledge_shows_only_that(server, desk
 
 def test_a_turn_has_exactly_the_listed_shape(server, desk):
     token, _ = desk
-    body = ok(call(server, token, "POST", "/workspaces/desk/turns",
-                   turn_body(page_context={"title": "Customers", "custom": [1, {"x": None}]},
+    body = assert_ok(call(server, token, "POST", "/workspaces/desk/turns",
+                          turn_body(page_context={"title": "Customers", "custom": [1, {"x": None}]},
                              renderers=["markdown"])))
     assert {"schema_version", "run_id", "profile_revision", "capability_revision", "context",
             "active_tools"} <= set(body)
     assert "task_binding" not in body and "discovery" not in body
     assert body["schema_version"] == "bailing.agent-turn-context.v1"
     assert UUID_V4.match(body["run_id"])
-    boot = ok(call(server, token, "GET", "/workspaces/desk/bootstrap"))
+    boot = assert_ok(call(server, token, "GET", "/workspaces/desk/bootstrap"))
     assert body["profile_revision"] == boot["profile"]["revision"]
     assert body["capability_revision"] == boot["capabilities"]["revision"]
     context = body["context"]
@@ -360,10 +335,10 @@ def test_a_turn_has_exactly_the_listed_shape(server, desk):
 
 def test_memory_recent_entries_carry_role_content_and_created_at(server, desk):
     token, _ = desk
-    first = ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body(1, user_input="Who is Ada?")))
-    ok(call(server, token, "POST", f"/runs/{first['run_id']}/complete",
-            {"assistant_message_id": "a-1", "status": "completed", "content": "Customer 7."}))
-    second = ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body(2, user_input="And Bo?")))
+    first = assert_ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body(1, user_input="Who is Ada?")))
+    assert_ok(call(server, token, "POST", f"/runs/{first['run_id']}/complete",
+                   {"assistant_message_id": "a-1", "status": "completed", "content": "Customer 7."}))
+    second = assert_ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body(2, user_input="And Bo?")))
     memory = second["context"]["memory"]
     assert [(e["role"], e["content"]) for e in memory["recent"]] == [("user", "Who is Ada?"),
                                                                       ("assistant", "Customer 7.")]
@@ -376,7 +351,7 @@ def test_memory_recent_entries_carry_role_content_and_created_at(server, desk):
 def test_active_tools_are_at_most_the_active_tool_limit(server, apply, session, limit):
     apply(hub(route("wide", tools=copy.deepcopy(WIDE), agent_client={"enabled": True, "active_tool_limit": limit})))
     token, _ = session(["wide"])
-    body = ok(call(server, token, "POST", "/workspaces/wide/turns", turn_body(user_input="inventory levels")))
+    body = assert_ok(call(server, token, "POST", "/workspaces/wide/turns", turn_body(user_input="inventory levels")))
     assert len(body["active_tools"]) == limit
     assert len({t["name"] for t in body["active_tools"]}) == limit
 
@@ -384,9 +359,9 @@ def test_active_tools_are_at_most_the_active_tool_limit(server, apply, session, 
 def test_active_tools_are_ranked_against_the_page_hints_and_the_user_input(server, apply, session):
     apply(hub(route("wide", tools=copy.deepcopy(WIDE), agent_client={"enabled": True, "active_tool_limit": 4})))
     token, _ = session(["wide"])
-    plain = ok(call(server, token, "POST", "/workspaces/wide/turns", turn_body(1, user_input="hello")))
-    hinted = ok(call(server, token, "POST", "/workspaces/wide/turns",
-                     turn_body(2, user_input="hello", page_context={"page_name": "inventory"})))
+    plain = assert_ok(call(server, token, "POST", "/workspaces/wide/turns", turn_body(1, user_input="hello")))
+    hinted = assert_ok(call(server, token, "POST", "/workspaces/wide/turns",
+                            turn_body(2, user_input="hello", page_context={"page_name": "inventory"})))
     assert {t["name"] for t in hinted["active_tools"]} == {
         "inventory_adjust", "inventory_get", "inventory_reserve", "inventory_search"}
     assert hinted["active_tools"] != plain["active_tools"]
@@ -408,10 +383,10 @@ def _page(size: int) -> dict:
 def test_page_context_over_16_kib_is_413_page_context_too_large(server, desk, counts):
     token, _ = desk
     before = counts()
-    refused(call(server, token, "POST", "/workspaces/desk/turns", turn_body(page_context=_page(16385))),
-            413, "page_context_too_large")
+    assert_error(call(server, token, "POST", "/workspaces/desk/turns", turn_body(page_context=_page(16385))),
+                 413, "page_context_too_large")
     assert counts() == before
-    ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body(page_context=_page(16384))))
+    assert_ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body(page_context=_page(16384))))
 
 
 BAD_TURNS = {
@@ -433,7 +408,7 @@ BAD_TURNS = {
 @pytest.mark.parametrize("case", list(BAD_TURNS))
 def test_a_bad_turn_is_400_invalid_request(server, desk, counts, case):
     before = counts()
-    refused(call(server, desk[0], "POST", "/workspaces/desk/turns", BAD_TURNS[case]), 400, "invalid_request")
+    assert_error(call(server, desk[0], "POST", "/workspaces/desk/turns", BAD_TURNS[case]), 400, "invalid_request")
     assert counts() == before
 
 
@@ -451,13 +426,13 @@ BINDING = {"schema_version": "bailing.agent-task-binding.v1",
 ], ids=["extra-key", "missing-key", "task-id", "scope-hash-case", "not-object", "other-schema"])
 def test_a_bad_task_binding_is_refused_with_its_task_code(server, desk, counts, binding, status, code):
     before = counts()
-    refused(call(server, desk[0], "POST", "/workspaces/desk/turns", turn_body(task_binding=binding)),
-            status, code)
+    assert_error(call(server, desk[0], "POST", "/workspaces/desk/turns", turn_body(task_binding=binding)),
+                 status, code)
     assert counts() == before
 
 
 def test_an_admitted_task_binding_is_echoed_at_the_top_level(server, desk):
-    body = ok(call(server, desk[0], "POST", "/workspaces/desk/turns", turn_body(task_binding=BINDING)))
+    body = assert_ok(call(server, desk[0], "POST", "/workspaces/desk/turns", turn_body(task_binding=BINDING)))
     assert body["task_binding"] == {**BINDING, "task_id": BINDING["task_id"].lower()}
     assert "task_binding" not in body["context"]
 
@@ -466,22 +441,22 @@ def test_a_task_enrolled_session_without_a_binding_is_409_task_required(server, 
     apply(hub(route("desk")))
     token, _ = session(["desk"], enrolled=True)
     before = counts()
-    refused(call(server, token, "POST", "/workspaces/desk/turns", turn_body()), 409, "TASK_REQUIRED")
+    assert_error(call(server, token, "POST", "/workspaces/desk/turns", turn_body()), 409, "TASK_REQUIRED")
     assert counts() == before
 
 
 def test_turn_idempotency_and_turn_conflict(server, desk, counts):
     token, _ = desk
-    first = ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body()))
+    first = assert_ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body()))
     # Surrounding blanks of identifiers are trimmed: the same turn.
-    again = ok(call(server, token, "POST", "/workspaces/desk/turns",
-                    turn_body(client_turn_id=" turn-1 ", user_message_id="msg-1\n")))
+    again = assert_ok(call(server, token, "POST", "/workspaces/desk/turns",
+                           turn_body(client_turn_id=" turn-1 ", user_message_id="msg-1\n")))
     assert again == first
     before = counts()
-    refused(call(server, token, "POST", "/workspaces/desk/turns", turn_body(user_input="Other")),
-            409, "turn_conflict")
-    refused(call(server, token, "POST", "/workspaces/desk/turns", turn_body(2, user_message_id="msg-1")),
-            409, "turn_conflict")
+    assert_error(call(server, token, "POST", "/workspaces/desk/turns", turn_body(user_input="Other")),
+                 409, "turn_conflict")
+    assert_error(call(server, token, "POST", "/workspaces/desk/turns", turn_body(2, user_message_id="msg-1")),
+                 409, "turn_conflict")
     assert counts() == before
 
 
@@ -489,7 +464,7 @@ def test_a_turn_body_over_512_kib_is_413_arguments_too_large(server, desk, count
     raw = json.dumps(turn_body()).encode()
     data = b" " * (512 * 1024 + 1 - len(raw)) + raw
     before = counts()
-    body = refused(call(server, desk[0], "POST", "/workspaces/desk/turns", data=data), 413, "arguments_too_large")
+    body = assert_error(call(server, desk[0], "POST", "/workspaces/desk/turns", data=data), 413, "arguments_too_large")
     assert body["max_bytes"] == 512 * 1024
     assert counts() == before
 
@@ -503,7 +478,7 @@ def knowledge_desk(apply, session, cli):
 
 
 def test_turn_knowledge_is_an_array_of_ref_title_content_with_refs(server, knowledge_desk):
-    body = ok(call(server, knowledge_desk[0], "POST", "/workspaces/kb/turns", turn_body(user_input="refund")))
+    body = assert_ok(call(server, knowledge_desk[0], "POST", "/workspaces/kb/turns", turn_body(user_input="refund")))
     context = body["context"]
     assert "knowledge_delivery" not in context
     items, refs = context["knowledge"], context["knowledge_refs"]
@@ -520,9 +495,10 @@ def test_turn_knowledge_is_an_array_of_ref_title_content_with_refs(server, knowl
 
 def test_on_demand_knowledge_keeps_the_array_with_bounded_hints(server, knowledge_desk):
     token, _ = knowledge_desk
-    inline = ok(call(server, token, "POST", "/workspaces/kb/turns", turn_body(1, user_input="refund")))["context"]
-    hinted = ok(call(server, token, "POST", "/workspaces/kb/turns",
-                     turn_body(2, user_input="refund", knowledge_delivery="on_demand")))["context"]
+    inline = assert_ok(call(server, token, "POST", "/workspaces/kb/turns",
+                            turn_body(1, user_input="refund")))["context"]
+    hinted = assert_ok(call(server, token, "POST", "/workspaces/kb/turns",
+                            turn_body(2, user_input="refund", knowledge_delivery="on_demand")))["context"]
     assert hinted["knowledge_delivery"] == "on_demand"
     assert [i["ref"] for i in hinted["knowledge"]] == [i["ref"] for i in inline["knowledge"]]
     assert hinted["knowledge_refs"] == inline["knowledge_refs"]
@@ -547,7 +523,7 @@ def search(server, token, body, route_key="wide", **kwargs):
 
 def test_search_has_exactly_the_listed_shape(server, wide):
     token, _ = wide
-    body = ok(search(server, token, {"query": "  inventory\n levels ", "limit": 5}))
+    body = assert_ok(search(server, token, {"query": "  inventory\n levels ", "limit": 5}))
     assert set(body) == {"schema_version", "schema", "route", "capability_revision", "query", "tools",
                          "discovery"}
     assert body["schema_version"] == "bailing.agent-capability-search.v1" == body["schema"]
@@ -557,7 +533,7 @@ def test_search_has_exactly_the_listed_shape(server, wide):
     assert len(body["tools"]) == 5
     for tool in body["tools"]:
         assert_tool(tool)
-    authorized = ok(call(server, token, "GET", "/workspaces/wide/bootstrap"))["capabilities"]["authorized_total"]
+    authorized = assert_ok(call(server, token, "GET", "/workspaces/wide/bootstrap"))["capabilities"]["authorized_total"]
     assert body["discovery"] == {
         "mode": "ranked_candidates", "scope": "current_authorization", "returned_count": 5,
         "authorized_total": authorized, "matched_total": None, "matched_total_exact": False, "limit": 5,
@@ -566,12 +542,12 @@ def test_search_has_exactly_the_listed_shape(server, wide):
 
 
 def test_search_default_limit_is_the_active_tool_limit(server, wide):
-    body = ok(search(server, wide[0], {"query": "order"}))
+    body = assert_ok(search(server, wide[0], {"query": "order"}))
     assert body["discovery"]["limit"] == 8 and len(body["tools"]) == 8
 
 
 def test_search_query_of_2000_characters_is_accepted(server, wide):
-    assert ok(search(server, wide[0], {"query": "a" * 2000, "limit": 1}))["query"] == "a" * 2000
+    assert assert_ok(search(server, wide[0], {"query": "a" * 2000, "limit": 1}))["query"] == "a" * 2000
 
 
 @pytest.mark.parametrize("body", [
@@ -581,39 +557,39 @@ def test_search_query_of_2000_characters_is_accepted(server, wide):
 ], ids=["query-2001", "query-nul", "query-control", "blank-no-run", "empty", "limit-0", "limit-13",
         "limit-fraction", "run-id-format", "unknown-field"])
 def test_search_refusals_are_400(server, wide, body):
-    refused(search(server, wide[0], body), 400, "invalid_request")
+    assert_error(search(server, wide[0], body), 400, "invalid_request")
 
 
 def test_search_by_run_id_uses_the_runs_user_input(server, wide):
     token, _ = wide
-    run_id = ok(call(server, token, "POST", "/workspaces/wide/turns",
-                     turn_body(user_input="reserve inventory")))["run_id"]
-    body = ok(search(server, token, {"run_id": run_id.upper(), "limit": 12}))
+    run_id = assert_ok(call(server, token, "POST", "/workspaces/wide/turns",
+                            turn_body(user_input="reserve inventory")))["run_id"]
+    body = assert_ok(search(server, token, {"run_id": run_id.upper(), "limit": 12}))
     assert body["query"] == "reserve inventory" and body["run_id"] == run_id
-    assert body["tools"] == ok(search(server, token, {"query": "reserve inventory", "limit": 12}))["tools"]
+    assert body["tools"] == assert_ok(search(server, token, {"query": "reserve inventory", "limit": 12}))["tools"]
 
 
 def test_search_with_a_run_of_another_session_or_route_is_404_run_not_found(server, wide, session):
     token, _ = wide
     other, _ = session(["wide"])
-    foreign = ok(call(server, other, "POST", "/workspaces/wide/turns", turn_body()))["run_id"]
-    elsewhere = ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body()))["run_id"]
+    foreign = assert_ok(call(server, other, "POST", "/workspaces/wide/turns", turn_body()))["run_id"]
+    elsewhere = assert_ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body()))["run_id"]
     for run_id in (foreign, elsewhere, str(uuid.uuid4())):
-        refused(search(server, token, {"run_id": run_id}), 404, "run_not_found")
+        assert_error(search(server, token, {"run_id": run_id}), 404, "run_not_found")
 
 
 def test_search_by_a_task_enrolled_session_needs_a_bound_run(server, apply, session):
     apply(hub(route("wide", tools=copy.deepcopy(WIDE))))
     token, _ = session(["wide"], enrolled=True)
-    refused(search(server, token, {"query": "order"}), 409, "TASK_REQUIRED")
-    refused(search(server, token, {"run_id": str(uuid.uuid4())}), 409, "TASK_REQUIRED")
-    run_id = ok(call(server, token, "POST", "/workspaces/wide/turns", turn_body(task_binding=BINDING)))["run_id"]
-    assert ok(search(server, token, {"run_id": run_id}))["run_id"] == run_id
+    assert_error(search(server, token, {"query": "order"}), 409, "TASK_REQUIRED")
+    assert_error(search(server, token, {"run_id": str(uuid.uuid4())}), 409, "TASK_REQUIRED")
+    run_id = assert_ok(call(server, token, "POST", "/workspaces/wide/turns", turn_body(task_binding=BINDING)))["run_id"]
+    assert assert_ok(search(server, token, {"run_id": run_id}))["run_id"] == run_id
 
 
 def test_search_over_8_kib_is_413_arguments_too_large(server, wide):
     data = b" " * (8 * 1024 - 10) + json.dumps({"query": "order"}).encode()
-    refused(search(server, wide[0], None, data=data), 413, "arguments_too_large")
+    assert_error(search(server, wide[0], None, data=data), 413, "arguments_too_large")
 
 
 # ----------------------------------------------------------------------------- §2.9 completion
@@ -628,7 +604,7 @@ def completion(**changes) -> dict:
 @pytest.fixture
 def run(server, desk):
     token, _ = desk
-    return token, ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body()))["run_id"]
+    return token, assert_ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body()))["run_id"]
 
 
 def complete(server, token, run_id, body):
@@ -637,14 +613,14 @@ def complete(server, token, run_id, body):
 
 def test_a_completion_has_exactly_the_listed_shape(server, run):
     token, run_id = run
-    first = ok(complete(server, token, run_id, completion()))
+    first = assert_ok(complete(server, token, run_id, completion()))
     assert set(first) == {"schema_version", "schema", "run_id", "assistant_message_id", "status",
                           "idempotent_replay", "completed_at"}
     assert first["schema_version"] == first["schema"] == "bailing.agent-run-completion.v1"
     assert first["run_id"] == run_id and first["assistant_message_id"] == "asst-1"
     assert first["status"] == "completed" and first["idempotent_replay"] is False
     assert ISO_MS.match(first["completed_at"])
-    replay = ok(complete(server, token, run_id, completion()))
+    replay = assert_ok(complete(server, token, run_id, completion()))
     assert replay == {**first, "idempotent_replay": True}
 
 
@@ -659,9 +635,9 @@ def test_completion_text_is_counted_in_utf16_units(server, run, counts, field, v
     before = counts()
     response = complete(server, token, run_id, completion(**{field: value}))
     if accepted:
-        ok(response)
+        assert_ok(response)
     else:
-        refused(response, 400, "invalid_request")
+        assert_error(response, 400, "invalid_request")
         assert counts() == before
 
 
@@ -678,26 +654,26 @@ def test_completion_usage_has_six_keys_of_finite_numbers(server, run, counts, us
     before = counts()
     response = complete(server, token, run_id, completion(usage=usage))
     if accepted:
-        ok(response)
+        assert_ok(response)
     else:
-        refused(response, 400, "invalid_request")
+        assert_error(response, 400, "invalid_request")
         assert counts() == before
 
 
 def test_a_changed_replay_is_409_run_completion_conflict(server, run, counts):
     token, run_id = run
-    ok(complete(server, token, run_id, completion()))
+    assert_ok(complete(server, token, run_id, completion()))
     before = counts()
-    refused(complete(server, token, run_id, completion(content="Other.")), 409, "run_completion_conflict")
+    assert_error(complete(server, token, run_id, completion(content="Other.")), 409, "run_completion_conflict")
     assert counts() == before
 
 
 def test_an_assistant_message_id_of_another_run_is_409_assistant_message_conflict(server, run, counts):
     token, run_id = run
-    ok(complete(server, token, run_id, completion()))
-    second = ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body(2)))["run_id"]
+    assert_ok(complete(server, token, run_id, completion()))
+    second = assert_ok(call(server, token, "POST", "/workspaces/desk/turns", turn_body(2)))["run_id"]
     before = counts()
-    refused(complete(server, token, second, completion()), 409, "assistant_message_conflict")
+    assert_error(complete(server, token, second, completion()), 409, "assistant_message_conflict")
     assert counts() == before
 
 
@@ -705,9 +681,9 @@ def test_an_unknown_or_foreign_run_is_409_and_a_bad_uuid_400(server, run, sessio
     token, run_id = run
     other, _ = session(["desk"])
     before = counts()
-    refused(complete(server, other, run_id, completion()), 409, "run_completion_conflict")
-    refused(complete(server, token, str(uuid.uuid4()), completion()), 409, "run_completion_conflict")
-    refused(complete(server, token, "not-a-uuid", completion()), 400, "invalid_request")
+    assert_error(complete(server, other, run_id, completion()), 409, "run_completion_conflict")
+    assert_error(complete(server, token, str(uuid.uuid4()), completion()), 409, "run_completion_conflict")
+    assert_error(complete(server, token, "not-a-uuid", completion()), 400, "invalid_request")
     assert counts() == before
 
 
@@ -722,7 +698,7 @@ def test_system_info_describes_the_binding(server, apply, session, counts):
     token, session_id = session(["desk"])
     before = counts()
     # No body is read: whatever comes with the GET does not matter.
-    body = ok(call(server, token, "GET", "/workspaces/desk/system-info", data=b"{not json"))
+    body = assert_ok(call(server, token, "GET", "/workspaces/desk/system-info", data=b"{not json"))
     assert counts() == before
     assert set(body) == SYSTEM_KEYS
     assert body["schema_version"] == "bailing.agent-system-info.v1"
@@ -735,15 +711,15 @@ def test_system_info_describes_the_binding(server, apply, session, counts):
 def test_system_info_revision_moves_with_the_description(server, apply, session):
     apply(hub(route("desk", agent_client={"enabled": True, "system_info": SYSTEM})))
     token, _ = session(["desk"])
-    first = ok(call(server, token, "GET", "/workspaces/desk/system-info"))["revision"]
+    first = assert_ok(call(server, token, "GET", "/workspaces/desk/system-info"))["revision"]
     apply(hub(route("desk", name="Renamed", agent_client={"enabled": True, "system_info": SYSTEM})))
-    assert ok(call(server, token, "GET", "/workspaces/desk/system-info"))["revision"] == first
+    assert assert_ok(call(server, token, "GET", "/workspaces/desk/system-info"))["revision"] == first
     apply(hub(route("desk", agent_client={"enabled": True, "system_info": {**SYSTEM, "summary": "Other."}})))
-    assert ok(call(server, token, "GET", "/workspaces/desk/system-info"))["revision"] != first
+    assert assert_ok(call(server, token, "GET", "/workspaces/desk/system-info"))["revision"] != first
 
 
 def test_system_info_without_a_description_is_missing(server, desk):
-    body = ok(call(server, desk[0], "GET", "/workspaces/desk/system-info"))
+    body = assert_ok(call(server, desk[0], "GET", "/workspaces/desk/system-info"))
     assert body["metadata_status"] == "missing" and body["revision"] is None and body["system"] is None
     assert "unavailable_reason" not in body
 
@@ -751,7 +727,7 @@ def test_system_info_without_a_description_is_missing(server, desk):
 @pytest.mark.parametrize("route_key, reason", [("no-runtime", "agent_client_disabled"),
                                                ("no-direct", "agent_direct_disabled")])
 def test_system_info_says_why_a_surface_is_unavailable(server, gate, route_key, reason):
-    body = ok(call(server, gate[0], "GET", f"/workspaces/{route_key}/system-info"))
+    body = assert_ok(call(server, gate[0], "GET", f"/workspaces/{route_key}/system-info"))
     assert body["availability"] == "unavailable" and body["unavailable_reason"] == reason
 
 
@@ -760,7 +736,7 @@ def test_system_info_says_why_a_surface_is_unavailable(server, gate, route_key, 
     ("foreign", 403, "audience_not_allowed"), ("Open", 404, "not_found"),
 ], ids=["auto", "unlisted", "off", "foreign", "not-a-key"])
 def test_system_info_gate(server, gate, route_key, status, code):
-    refused(call(server, gate[0], "GET", f"/workspaces/{route_key}/system-info"), status, code)
+    assert_error(call(server, gate[0], "GET", f"/workspaces/{route_key}/system-info"), status, code)
 
 
 @pytest.mark.parametrize("system_info", [

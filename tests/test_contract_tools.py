@@ -14,11 +14,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from admin_app.catalog.public_schema import KEYWORDS, MAX_DEPTH, public_input_schema
-from admin_app.invocations.results import TEXT_MAX_CHARS, bounded_text
+from admin_app.catalog.public_schema import KEYWORDS, public_input_schema
+from admin_app.invocations.results import bounded_text
+from admin_app.limits import RESULT_TEXT_MAX, TOOL_SCHEMA_MAX_DEPTH
 from tests.conftest import governed_config
-from tests.test_tool_invocations import (BASE, BIG_CREDIT, CANCEL, CUSTOMER, ROUTE, Agent, apply, assert_error,
-                                         iid, issue)
+from tests.helpers import apply_config, assert_error, row_counts
+from tests.test_tool_invocations import BASE, BIG_CREDIT, CANCEL, CUSTOMER, ROUTE, Agent, iid, issue
 from tests.test_tool_invocations import agent, approver  # noqa: F401 - fixtures
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -66,7 +67,7 @@ def check_result(body: dict, label: str, tool: str) -> dict:
     assert body["state"] in STATES and body["status"] == body["state"]
     assert isinstance(body["ok"], bool) and body["ok"] is (body["state"] == "executed")
     assert body["auto_retry_allowed"] is (body["state"] == "in_progress")
-    assert isinstance(body["text"], str) and 0 < len(body["text"]) <= TEXT_MAX_CHARS
+    assert isinstance(body["text"], str) and 0 < len(body["text"]) <= RESULT_TEXT_MAX
     if "business_status" in body:
         assert type(body["business_status"]) is int and 100 <= body["business_status"] <= 599
     if "approval_id" in body:
@@ -120,7 +121,7 @@ def test_every_projected_tool_is_the_closed_set_of_eight_fields(agent):
         assert schema["type"] == "object" and isinstance(schema["properties"], dict)
         assert len(json.dumps(schema, separators=(",", ":")).encode()) <= 65536
         for node, depth in walk(schema):
-            assert depth <= MAX_DEPTH
+            assert depth <= TOOL_SCHEMA_MAX_DEPTH
             if isinstance(node, dict):
                 assert set(node) <= KEYWORDS, (tool["name"], set(node) - KEYWORDS)
 
@@ -143,7 +144,7 @@ def test_approval_required_is_a_boolean_covering_every_approval_source(agent, to
 def test_a_route_forcing_approval_makes_the_tool_approval_required(agent, business, cli, tmp_path):
     config = governed_config(business.url)
     config["routes"][0]["tools"]["agent_direct"]["force_approval_tools"] = ["customer_get"]
-    apply(cli, tmp_path, config)
+    apply_config(cli, tmp_path, config)
     tools = {t["name"]: t for t in catalog(agent)["tools"]}
     assert tools["customer_get"]["approval_required"] is True
     assert tools["customer_search"]["approval_required"] is False
@@ -165,8 +166,8 @@ def test_the_projected_input_schema_keeps_only_allowlisted_keywords():
     assert out["properties"]["c"] == {"type": "array", "items": {"type": "string", "enum": ["p", "q"]}}
     assert out["required"] == ["a"] and out["additionalProperties"] is False
     depths = [d for _, d in walk(out)]
-    assert max(depths) == MAX_DEPTH + 1  # the sub-schema past the limit is an empty `{}`
-    assert all(node == {} for node, d in walk(out) if d > MAX_DEPTH)
+    assert max(depths) == TOOL_SCHEMA_MAX_DEPTH + 1  # the sub-schema past the limit is an empty `{}`
+    assert all(node == {} for node, d in walk(out) if d > TOOL_SCHEMA_MAX_DEPTH)
     # The root is an object with properties whatever the source says.
     assert public_input_schema({"type": "string"}) == {"type": "object", "properties": {}}
 
@@ -198,14 +199,14 @@ def test_config_apply_refuses_an_operation_name_the_client_cannot_call(cli, sql,
     (tmp_path / "things.json").write_text(json.dumps(doc))
     config = {"tool_providers": [{"name": "things", "base_url": "http://127.0.0.1:9", "openapi": str(
         tmp_path / "things.json"), "secret_env": "THINGS_SECRET"}]}
-    before = [sql(f"SELECT count(*) FROM {t}")[0][0] for t in ("bz_tool_providers", "bz_routes")]
+    before = row_counts(sql, "bz_tool_providers", "bz_routes")
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     code, _out, err = cli("config", "apply", str(path))
     assert code == 1
     problems = [p["message"] for p in err["problems"] if p["path"] == "tool_providers[0].openapi"]
     assert any("paths./things/{thing_id}.patch" in m and "operationId" in m for m in problems), err
-    assert [sql(f"SELECT count(*) FROM {t}")[0][0] for t in ("bz_tool_providers", "bz_routes")] == before
+    assert row_counts(sql, "bz_tool_providers", "bz_routes") == before
 
 
 def test_a_valid_name_of_sixty_four_characters_applies(cli, sql, tmp_path):
@@ -251,7 +252,7 @@ def test_catalog_refusals(agent, params, status, code):
 def test_the_catalog_without_agent_direct_is_403_agent_direct_disabled(agent, business, cli, tmp_path):
     config = governed_config(business.url)
     config["routes"][0]["tools"]["agent_direct"]["enabled"] = False
-    apply(cli, tmp_path, config)
+    apply_config(cli, tmp_path, config)
     assert_error(agent.server.get("/agent-api/v1/tools", params={"route": ROUTE}, headers=agent.headers),
                  403, "agent_direct_disabled")
 
@@ -332,7 +333,7 @@ def test_a_run_of_another_route_is_409_agent_run_conflict(agent, server, busines
     spare.update(route_key="spare", name="Spare")
     config["routes"].append(spare)
     config["client_apps"][0]["allowed_routes"] = ["desk", "spare"]
-    apply(cli, tmp_path, config)
+    apply_config(cli, tmp_path, config)
     both = Agent(server, _issue_both(cli))
     response = both.server.post("/agent-api/v1/workspaces/spare/turns", headers=both.headers, json={
         "client_conversation_id": "c", "client_turn_id": "t", "user_message_id": "m", "user_input": "hi"})
@@ -384,7 +385,7 @@ def test_a_retry_after_the_tool_left_the_catalog_is_409_capability_changed(agent
     assert post(agent, body).json()["state"] == "executed"
     config = governed_config(business.url)
     config["routes"][0]["tools"]["agent_direct"]["write_tools"].remove("customer_note_add")
-    apply(cli, tmp_path, config)
+    apply_config(cli, tmp_path, config)
     before = snapshot(sql)
     assert_error(post(agent, body), 409, "capability_changed")
     assert snapshot(sql) == before
@@ -473,7 +474,7 @@ def test_an_unresolved_result_names_the_idempotency_key(agent, business, sql):
 
 def test_result_text_is_bounded_and_control_characters_are_replaced():
     assert bounded_text("a\x00b\x07c\td\ne\rf\x7fg\x85") == "a\ufffdb\ufffdc\td\ne\rf\ufffdg\ufffd"
-    assert len(bounded_text("x" * 20000)) == TEXT_MAX_CHARS
+    assert len(bounded_text("x" * 20000)) == RESULT_TEXT_MAX
 
 
 # ================================================================ §2.12 resume
@@ -630,7 +631,7 @@ def test_the_receipt_of_a_tool_no_longer_authorized_is_409_capability_changed(ag
     agent.invoke("customer_note_add", {"customer_id": "C-100234", "body": "x"}, "rcpt-gone")
     config = governed_config(business.url)
     config["routes"][0]["tools"]["agent_direct"]["write_tools"].remove("customer_note_add")
-    apply(cli, tmp_path, config)
+    apply_config(cli, tmp_path, config)
     assert_error(agent.receipt_raw("rcpt-gone"), 409, "capability_changed")
     assert_error(agent.receipt_raw("never-made"), 404, "invocation_not_found")
 

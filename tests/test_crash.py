@@ -25,7 +25,9 @@ import psycopg
 import pytest
 import requests
 
+from admin_app import limits
 from tests.conftest import DEMO_SECRETS
+from tests.helpers import admin_token, bearer, session_bearer
 from tests.gunicorn_hub import GunicornHub
 
 AUDITS = "/agent-api/v1/conversation-audits"
@@ -35,15 +37,11 @@ ACK = "bailing.agent-conversation-audit-ack.v1"
 WRITERS = 4            # on 3 workers: every worker is nearly always mid-request
 ARCHIVES_PER_WRITER = 3  # filled one after the other, so that the writers outlast the killer
 MAX_BATCHES = 60       # per archive, within its 16 MiB of text (60 x 241 KB)
-MESSAGES = 48          # per batch, between turn_start and turn_end: 50 events, the most a batch holds
+MESSAGES = limits.AUDIT_BATCH_MAX_EVENTS - 2  # per batch, between turn_start and turn_end: a full batch
 CONTENT_CHARS = 5000   # 48 x 5 KB: near the 256 KiB batch limit, so a request takes a while
 KILLS = 8
 KILLING_S = 20         # at most this long, should the machine be too loaded to reach KILLS
 ATTEMPTS = 10          # per batch: a client that never gets an answer fails the test, never hangs it
-
-
-def auth(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def established(*, local_port: int | None = None, remote_port: int | None = None) -> set[str]:
@@ -131,7 +129,7 @@ def test_killed_workers_never_leave_a_partial_event_batch(db_url, issue_session,
         cids = []
         for a in range(archives):
             who = sessions[a // ARCHIVES_PER_WRITER]
-            response = requests.post(hub.url + AUDITS, headers=auth(who["access_token"]), timeout=30, json={
+            response = requests.post(hub.url + AUDITS, headers=session_bearer(who), timeout=30, json={
                 "client_archive_id": str(uuid.uuid4()), "client_conversation_id": f"crash-{a}",
                 "route": "customers", "member_session_ids": [who["session_id"]]})
             assert response.status_code == 200, response.text
@@ -154,7 +152,7 @@ def test_killed_workers_never_leave_a_partial_event_batch(db_url, issue_session,
                 for _ in range(ATTEMPTS):
                     try:
                         response = requests.post(f"{hub.url}{AUDITS}/{cid}/events", json={"events": events},
-                                                 headers=auth(token), timeout=60)
+                                                 headers=bearer(token), timeout=60)
                         break
                     except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
                         # The worker died under this request (or while its answer was on the
@@ -245,7 +243,7 @@ INV = hashlib.sha256(b"inv-crash").hexdigest()  # invocation ids are 64 lowercas
 class HubAgent:
     def __init__(self, hub: GunicornHub, session: dict):
         self.url = hub.url
-        self.headers = auth(session["access_token"])
+        self.headers = session_bearer(session)
 
     def invoke_body(self, invocation_id: str, arguments: dict) -> dict:
         response = requests.get(f"{self.url}/agent-api/v1/tools?route=desk", headers=self.headers, timeout=30)
@@ -285,15 +283,11 @@ def test_a_worker_killed_during_a_dispatch_leaves_it_reconciliation_required(
         body = agent.invoke_body(INV, SMALL_CREDIT if path == "direct" else BIG_CREDIT)
         if path == "approved":
             assert status_of(agent.invoke(body)) == "awaiting_approval"
-            code, _, err = cli("admins", "create", "ann", "--role", "approver", "--password-stdin",
-                               input="correct horse battery\n")
-            assert code == 0, err
-            code, token, err = cli("admins", "token", "ann")
-            assert code == 0, err
+            token = admin_token(cli, "ann", "approver")
             [approval] = requests.get(hub.url + "/admin/api/tool-approvals?status=pending", timeout=30,
-                                      headers=auth(token["token"])).json()["items"]
+                                      headers=bearer(token)).json()["items"]
             decided = requests.post(f"{hub.url}/admin/api/tool-approvals/{approval['id']}/approve",
-                                    headers=auth(token["token"]), json={"args_hash": approval["args_hash"]},
+                                    headers=bearer(token), json={"args_hash": approval["args_hash"]},
                                     timeout=30)
             assert decided.status_code == 200, decided.text
             assert business.executions() == []

@@ -16,15 +16,12 @@ import requests
 from sqlalchemy import event
 
 from tests.conftest import LiveServer
+from tests.helpers import session_bearer
 
 INVOCATIONS = "/agent-api/v1/tool-invocations"
 TOOL = "customer_get"  # a read: dispatched at once, no approval
 BURST = 50
 DELAY_MS = 500
-
-
-def auth(session: dict) -> dict:
-    return {"Authorization": f"Bearer {session['access_token']}"}
 
 
 def invocation_id(n: int) -> str:
@@ -72,7 +69,7 @@ def test_a_burst_of_governed_calls_on_a_slow_business_system_never_exhausts_the_
     server = LiveServer(app)
     watch = PoolWatch(hub.db.engine)
     try:
-        tools = server.get("/agent-api/v1/tools?route=desk", headers=auth(governed))
+        tools = server.get("/agent-api/v1/tools?route=desk", headers=session_bearer(governed))
         assert tools.status_code == 200, tools.text
         revision = tools.json()["capability_revision"]
         barrier = threading.Barrier(BURST)
@@ -81,7 +78,7 @@ def test_a_burst_of_governed_calls_on_a_slow_business_system_never_exhausts_the_
         def call(n: int) -> None:
             barrier.wait(timeout=30)
             response = requests.post(
-                server.url + INVOCATIONS, headers=auth(governed), timeout=60, json={
+                server.url + INVOCATIONS, headers=session_bearer(governed), timeout=60, json={
                     "invocation_id": invocation_id(n), "route": "desk", "tool": TOOL,
                     "capability_revision": revision, "arguments": {"customer_id": "C-100234"}})
             try:

@@ -45,10 +45,10 @@ from sqlalchemy.engine import make_url
 from admin_app import create_app
 from admin_app.openapi import document
 from tests.conftest import DEMO_SECRETS, Business, cli_of, governed_config, serve
+from tests.helpers import PASSWORD_LINE
 
 EXAMPLES = int(os.environ.get("BAILING_FUZZ_EXAMPLES", "4"))
 SEED = int(os.environ["BAILING_FUZZ_SEED"]) if os.environ.get("BAILING_FUZZ_SEED") else secrets.randbits(64)
-PASSWORD = "correct horse battery\n"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, response_headers_conformance]
 # Tables a refused request may legitimately write. None: the only refusal that commits (a replayed
@@ -126,7 +126,7 @@ class World:
 
 
 def _admin(run, name: str, role: str) -> str:
-    run("admins", "create", name, "--role", role, "--password-stdin", input=PASSWORD)
+    run("admins", "create", name, "--role", role, "--password-stdin", input=PASSWORD_LINE)
     return run("admins", "token", name)["token"]
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_contract_agent_auth import hub, refused  # noqa: F401 - `hub` is a fixture, used by name
+from tests.helpers import assert_error
+from tests.test_contract_agent_auth import hub  # noqa: F401 - `hub` is a fixture, used by name
 
 
 @pytest.mark.parametrize("callback", ["http://127.0.0.1:0/callback", "http://[::1]:0/callback",
                                       "http://127.0.0.1:00/callback", "http://127.0.0.1:000000/cb"])
 def test_a_callback_on_port_0_is_refused_and_writes_nothing(hub, callback):  # noqa: F811
     before = hub.counts()
-    body = refused(hub.start(redirect_uri=callback)[0], 400, "invalid_request")
+    body = assert_error(hub.start(redirect_uri=callback)[0], 400, "invalid_request")
     assert [p["path"] for p in body["problems"]] == ["redirect_uri"]
     assert hub.counts() == before
 

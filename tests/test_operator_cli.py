@@ -11,8 +11,7 @@ import pytest
 from argon2 import PasswordHasher
 
 from tests.conftest import run_cli_process
-
-PASSWORD = "correct horse battery staple"
+from tests.helpers import PASSWORD, cli_ok, cli_refused, row_count
 
 
 # ---------------------------------------------------------------- helpers
@@ -21,29 +20,8 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def succeeded(result) -> dict:
-    code, out, err = result
-    assert code == 0, err
-    assert isinstance(out, dict), out
-    return out
-
-
-def refused(result, error: str) -> dict:
-    code, out, err = result
-    assert code == 1, (out, err)
-    assert out == ""
-    assert isinstance(err, dict), err
-    assert err["error"] == error, err
-    assert err["message"]
-    return err
-
-
 def problem_paths(err: dict) -> list[str]:
     return [problem["path"] for problem in err.get("problems", [])]
-
-
-def count(sql, table: str) -> int:
-    return sql(f"SELECT count(*) FROM {table}")[0][0]
 
 
 def table_text(sql, table: str) -> str:
@@ -67,7 +45,7 @@ def client_token_hash(sql, app_id: str = "crm-demo") -> str | None:
 # ---------------------------------------------------------------- clients token
 
 def test_client_token_is_printed_once_and_stored_as_its_hash(cli, sql, configured):
-    out = succeeded(cli("clients", "token", "crm-demo"))
+    out = cli_ok(cli("clients", "token", "crm-demo"))
 
     token = out["client_token"]
     assert token.startswith("bzct_")
@@ -79,8 +57,8 @@ def test_client_token_is_printed_once_and_stored_as_its_hash(cli, sql, configure
 
 
 def test_second_client_token_rotates_the_first(cli, sql, configured):
-    first = succeeded(cli("clients", "token", "crm-demo"))["client_token"]
-    second = succeeded(cli("clients", "token", "crm-demo"))
+    first = cli_ok(cli("clients", "token", "crm-demo"))["client_token"]
+    second = cli_ok(cli("clients", "token", "crm-demo"))
 
     assert second["rotated"] is True
     assert second["client_token"] != first
@@ -89,7 +67,7 @@ def test_second_client_token_rotates_the_first(cli, sql, configured):
 
 
 def test_client_token_for_an_unknown_app_is_refused(cli, sql, configured):
-    refused(cli("clients", "token", "ghost-app"), "client_not_found")
+    cli_refused(cli("clients", "token", "ghost-app"), "client_not_found")
     assert client_token_hash(sql) is None
 
 
@@ -125,7 +103,7 @@ def session_row(sql, session_id: str) -> dict:
 
 
 def test_issue_session_prints_tokens_and_stores_only_hashes(cli, sql, configured):
-    out = succeeded(issue(cli, {"--device-label": "laptop"}))
+    out = cli_ok(issue(cli, {"--device-label": "laptop"}))
 
     assert set(out) == {"session_id", "access_token", "refresh_token", "access_expires_at",
                         "refresh_expires_at"}
@@ -146,7 +124,7 @@ def test_issue_session_prints_tokens_and_stores_only_hashes(cli, sql, configured
 
 
 def test_issue_session_honours_access_ttl(cli, sql, configured):
-    out = succeeded(issue(cli, {"--access-ttl": "60"}))
+    out = cli_ok(issue(cli, {"--access-ttl": "60"}))
 
     assert seconds_from_now(out["access_expires_at"]) == pytest.approx(60, abs=5)
     ((stored,),) = sql("SELECT access_expires_at FROM bz_agent_sessions WHERE id = %s", (out["session_id"],))
@@ -182,24 +160,24 @@ SESSION_REFUSALS = [
 
 @pytest.mark.parametrize("changes, error, path", SESSION_REFUSALS)
 def test_issue_session_refusals_write_nothing(cli, sql, spare_route, changes, error, path):
-    err = refused(issue(cli, changes), error)
+    err = cli_refused(issue(cli, changes), error)
 
     if path is not None:
         assert path in problem_paths(err)
-    assert count(sql, "bz_agent_sessions") == 0
+    assert row_count(sql, "bz_agent_sessions") == 0
 
 
 def test_principal_with_a_nul_character_is_refused(cli, sql, configured):
-    refused(issue(cli, {"--principal": '{"id": "user-42", "roles": ["clerk\\u0000"]}'}), "invalid_request")
-    assert count(sql, "bz_agent_sessions") == 0
+    cli_refused(issue(cli, {"--principal": '{"id": "user-42", "roles": ["clerk\\u0000"]}'}), "invalid_request")
+    assert row_count(sql, "bz_agent_sessions") == 0
 
 
 def test_issue_session_for_a_disabled_client_is_refused(cli, sql, configured):
-    succeeded(issue(cli))
+    cli_ok(issue(cli))
     sql("UPDATE bz_client_apps SET enabled = false WHERE app_id = 'crm-demo'")
 
-    refused(issue(cli), "invalid_client")
-    assert count(sql, "bz_agent_sessions") == 1
+    cli_refused(issue(cli), "invalid_client")
+    assert row_count(sql, "bz_agent_sessions") == 1
 
 
 # ---------------------------------------------------------------- sessions revoke
@@ -212,13 +190,13 @@ def test_revoke_session_sets_revoked_at_once(cli, sql, issue_session):
     session_id = issue_session()["session_id"]
     assert revoked_at(sql, session_id) is None
 
-    first = succeeded(cli("sessions", "revoke", session_id))
+    first = cli_ok(cli("sessions", "revoke", session_id))
     stamped = revoked_at(sql, session_id)
     assert stamped is not None
     assert (first["session_id"], first["already_revoked"]) == (session_id, False)
     assert seconds_from_now(first["revoked_at"]) == pytest.approx(0, abs=10)
 
-    second = succeeded(cli("sessions", "revoke", session_id))
+    second = cli_ok(cli("sessions", "revoke", session_id))
     assert second["already_revoked"] is True
     assert second["revoked_at"] == first["revoked_at"]
     assert revoked_at(sql, session_id) == stamped
@@ -226,7 +204,7 @@ def test_revoke_session_sets_revoked_at_once(cli, sql, issue_session):
 
 def test_revoke_touches_only_the_named_session(cli, sql, issue_session):
     kept, gone = issue_session()["session_id"], issue_session()["session_id"]
-    succeeded(cli("sessions", "revoke", gone))
+    cli_ok(cli("sessions", "revoke", gone))
     assert revoked_at(sql, kept) is None
 
 
@@ -236,7 +214,7 @@ def test_revoke_touches_only_the_named_session(cli, sql, issue_session):
 ], ids=["unknown-uuid", "not-a-uuid"])
 def test_revoke_unknown_or_malformed_session_is_refused(cli, sql, issue_session, session_id, error):
     existing = issue_session()["session_id"]
-    refused(cli("sessions", "revoke", session_id), error)
+    cli_refused(cli("sessions", "revoke", session_id), error)
     assert revoked_at(sql, existing) is None
 
 
@@ -253,7 +231,7 @@ def admin_row(sql, username: str):
 
 
 def test_create_admin_stores_an_argon2_hash_never_the_password(cli, sql):
-    out = succeeded(create_admin(cli, "alice", "auditor"))
+    out = cli_ok(create_admin(cli, "alice", "auditor"))
 
     assert out == {"username": "alice", "role": "auditor", "permissions": ["audit:read", "runs:read"]}
     _, role, password_hash, disabled = admin_row(sql, "alice")
@@ -269,23 +247,23 @@ def test_create_admin_stores_an_argon2_hash_never_the_password(cli, sql):
     ("alice", "admin", "short-pw"),
 ], ids=["bad-role", "bad-username", "short-password"])
 def test_create_admin_refusals_add_no_row(cli, sql, username, role, password):
-    refused(create_admin(cli, username, role, password), "invalid_request")
-    assert count(sql, "bz_admins") == 0
+    cli_refused(create_admin(cli, username, role, password), "invalid_request")
+    assert row_count(sql, "bz_admins") == 0
 
 
 def test_create_duplicate_admin_is_refused(cli, sql):
-    succeeded(create_admin(cli, "alice", "auditor"))
+    cli_ok(create_admin(cli, "alice", "auditor"))
     original = admin_row(sql, "alice")
 
-    refused(create_admin(cli, "alice", "admin", "another long password"), "admin_exists")
-    assert count(sql, "bz_admins") == 1
+    cli_refused(create_admin(cli, "alice", "admin", "another long password"), "admin_exists")
+    assert row_count(sql, "bz_admins") == 1
     assert admin_row(sql, "alice") == original
 
 
 def test_admin_token_is_printed_once_and_stored_as_its_hash(cli, sql):
-    succeeded(create_admin(cli, "alice", "approver"))
+    cli_ok(create_admin(cli, "alice", "approver"))
 
-    out = succeeded(cli("admins", "token", "alice"))
+    out = cli_ok(cli("admins", "token", "alice"))
 
     token = out["token"]
     assert token.startswith("bzadm_")
@@ -297,13 +275,13 @@ def test_admin_token_is_printed_once_and_stored_as_its_hash(cli, sql):
 
 
 def test_admin_token_for_an_unknown_admin_is_refused(cli, sql):
-    refused(cli("admins", "token", "nobody"), "admin_not_found")
-    assert count(sql, "bz_admin_tokens") == 0
+    cli_refused(cli("admins", "token", "nobody"), "admin_not_found")
+    assert row_count(sql, "bz_admin_tokens") == 0
 
 
 def test_admin_token_for_a_disabled_admin_is_refused(cli, sql):
-    succeeded(create_admin(cli, "alice", "admin"))
+    cli_ok(create_admin(cli, "alice", "admin"))
     sql("UPDATE bz_admins SET disabled = true WHERE username = 'alice'")
 
-    refused(cli("admins", "token", "alice"), "admin_disabled")
-    assert count(sql, "bz_admin_tokens") == 0
+    cli_refused(cli("admins", "token", "alice"), "admin_disabled")
+    assert row_count(sql, "bz_admin_tokens") == 0

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_tool_invocations import BIG_CREDIT, Agent, count
+from tests.helpers import row_count
+from tests.test_tool_invocations import BIG_CREDIT, Agent
 
 DOTS = [".", "..", "%2e", "%2E", "%2e%2e", "%2E%2e", ".%2e", "%2e.", "%252e%252e", "../C-100234",
         "C-100234/..", "..%2fC-100234", "..\\C-100234", "x/./y"]
@@ -20,8 +21,8 @@ def agent(server, governed) -> Agent:
 
 def nothing_sent(business, sql) -> None:
     assert business.executions() == []
-    assert count(sql, "bz_tool_journal") == 0
-    assert count(sql, "bz_tool_approvals") == 0
+    assert row_count(sql, "bz_tool_journal") == 0
+    assert row_count(sql, "bz_tool_approvals") == 0
 
 
 @pytest.mark.parametrize("value", DOTS)

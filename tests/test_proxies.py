@@ -9,7 +9,8 @@ import pytest
 import requests
 
 from admin_app.config import Settings
-from tests.test_console_server import PASSWORD, Browser, csrf_of, make_admin
+from tests.helpers import PASSWORD, make_admin
+from tests.test_console_server import Browser, csrf_of
 
 FORGED = {"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "hub.example"}
 

@@ -12,16 +12,17 @@ import re
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
 
+from admin_app import limits
 from tests.conftest import EXAMPLES
+from tests.helpers import apply_config, assert_error, row_counts, session_bearer
 
 JSON = {"Content-Type": "application/json"}
 ROUTE = "customers"
-BODY_MAX = 512 * 1024
+BODY_MAX = limits.RUNTIME_BODY_MAX_BYTES
 SUMMARY_SCHEMA = "bailing.authorization-execution-summary.v1"
 TASK_BINDING = {"schema_version": "bailing.agent-task-binding.v1",
                 "task_id": "9732feb7-11a4-4a72-a6fb-8f39ebf61199", "scope_hash": "a" * 64}
@@ -33,8 +34,9 @@ RECORD_KEYS = {"invocation_id", "tool", "state", "next_action"}
 
 # ----------------------------------------------------------------------------- helpers
 
-def bearer(session: dict) -> dict:
-    return {"Authorization": f"Bearer {session['access_token']}", **JSON}
+def json_headers(session: dict) -> dict:
+    """The agent session's bearer and a JSON content type (bodies are sent as bytes too)."""
+    return {**session_bearer(session), **JSON}
 
 
 def turns_path(route: str = ROUTE) -> str:
@@ -62,7 +64,7 @@ def completion_body(n: int = 1, **changes) -> dict:
 
 
 def post_turn(server, session: dict, body, route: str = ROUTE):
-    return server.post(turns_path(route), json=body, headers=bearer(session))
+    return server.post(turns_path(route), json=body, headers=json_headers(session))
 
 
 def turn(server, session: dict, body, route: str = ROUTE) -> dict:
@@ -75,7 +77,7 @@ def turn(server, session: dict, body, route: str = ROUTE) -> dict:
 
 
 def complete(server, session: dict, run_id: str, body):
-    return server.post(complete_path(run_id), json=body, headers=bearer(session))
+    return server.post(complete_path(run_id), json=body, headers=json_headers(session))
 
 
 def exchange(server, session: dict, n: int, user_input: str, reply: str | None) -> dict:
@@ -85,15 +87,6 @@ def exchange(server, session: dict, n: int, user_input: str, reply: str | None) 
         response = complete(server, session, context["run_id"], completion_body(n, content=reply))
         assert response.status_code == 200, response.text
     return context
-
-
-def assert_error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers.get("Cache-Control") == "no-store"
-    body = response.json()
-    assert body["error"] == code, body
-    assert isinstance(body.get("message"), str) and body["message"]
-    return body
 
 
 def assert_invalid(response, *paths: str) -> dict:
@@ -106,7 +99,7 @@ def assert_invalid(response, *paths: str) -> dict:
 
 
 def stored(sql) -> dict:
-    return {t: sql(f"SELECT count(*) FROM {t}")[0][0] for t in ("bz_runs", "bz_messages", "bz_threads")}
+    return row_counts(sql, "bz_runs", "bz_messages", "bz_threads")
 
 
 def run_row(sql, run_id: str):
@@ -130,13 +123,6 @@ def entry(context: dict, message_id: str, role: str) -> dict:
              if e["message_id"] == message_id and e["role"] == role]
     assert len(found) == 1, memory_of(context)
     return found[0]
-
-
-def apply_config(cli, tmp_path: Path, doc: dict) -> None:
-    path = tmp_path / f"config-{uuid.uuid4().hex[:8]}.json"
-    path.write_text(json.dumps(doc))
-    code, _, err = cli("config", "apply", str(path))
-    assert code == 0, err
 
 
 def hub_route() -> dict:
@@ -391,7 +377,7 @@ def test_runtime_bodies_are_limited_to_512_kib(server, agent, sql, framing, endp
         assert len(data) == size
         if framing == "chunked":
             data = iter([data[:200000], data[200000:]])
-        return server.post(path, data=data, headers=bearer(agent))
+        return server.post(path, data=data, headers=json_headers(agent))
 
     before = stored(sql)
     body = assert_error(send(BODY_MAX + 1), 413, "arguments_too_large")
@@ -406,7 +392,7 @@ def test_runtime_bodies_are_limited_to_512_kib(server, agent, sql, framing, endp
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
 def test_a_turn_body_is_read_as_json_whatever_its_content_type(server, agent, content_type):
-    headers = {"Authorization": f"Bearer {agent['access_token']}"}
+    headers = session_bearer(agent)
     if content_type:
         headers["Content-Type"] = content_type
 
@@ -419,7 +405,7 @@ def test_a_turn_body_is_read_as_json_whatever_its_content_type(server, agent, co
                          ids=["empty", "not-json", "array", "string", "not-utf8"])
 def test_a_turn_body_that_is_not_a_json_object_with_the_fields_is_400(server, agent, sql, data):
     before = stored(sql)
-    response = server.post(turns_path(), data=data, headers=bearer(agent))
+    response = server.post(turns_path(), data=data, headers=json_headers(agent))
     assert_error(response, 400, "invalid_request")
     assert stored(sql) == before
 
@@ -522,7 +508,7 @@ def race(server, session: dict, bodies: list[dict]) -> list[tuple[int, dict]]:
     def send(body: dict):
         with requests.Session() as http:
             barrier.wait(timeout=10)
-            response = http.post(server.url + turns_path(), json=body, headers=bearer(session), timeout=60)
+            response = http.post(server.url + turns_path(), json=body, headers=json_headers(session), timeout=60)
             return response.status_code, response.json()
 
     with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
@@ -1028,7 +1014,7 @@ def race_completions(server, session: dict, jobs: list[tuple[str, dict]]) -> lis
         run, body = job
         with requests.Session() as http:
             barrier.wait(timeout=10)
-            response = http.post(server.url + complete_path(run), json=body, headers=bearer(session),
+            response = http.post(server.url + complete_path(run), json=body, headers=json_headers(session),
                                  timeout=60)
             return response.status_code, response.json()
 

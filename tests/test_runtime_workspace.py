@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES
+from tests.helpers import assert_error, assert_ok, bearer
 
 KNOWLEDGE = Path(__file__).parent / "data" / "knowledge"
 API = "/agent-api/v1"
@@ -70,37 +71,19 @@ def hub(*routes: dict, client_routes: list[str] | None = None) -> dict:
     }
 
 
-def bearer(token: str) -> dict:
-    return {"Authorization": f"Bearer {token}"}
-
-
 def call(server, token: str, method: str, path: str, body: dict | None = None):
     return server.request(method, API + path, headers=bearer(token),
                           **({} if body is None else {"json": body}))
 
 
-def ok(response) -> dict:
-    assert response.status_code == 200, response.text
-    assert response.headers.get("Cache-Control") == "no-store"
-    return response.json()
-
-
-def refused(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers.get("Cache-Control") == "no-store"
-    body = response.json()
-    assert body["error"] == code, body
-    return body
-
-
 def turn(server, token: str, route_key: str, text: str, **extra) -> dict:
-    return ok(call(server, token, "POST", f"/workspaces/{route_key}/turns", {
+    return assert_ok(call(server, token, "POST", f"/workspaces/{route_key}/turns", {
         "client_conversation_id": f"conv-{uuid.uuid4().hex[:8]}", "client_turn_id": "turn-1",
         "user_message_id": f"msg-{uuid.uuid4().hex[:8]}", "user_input": text, **extra}))
 
 
 def tools_surface(server, token: str, route_key: str) -> dict:
-    return ok(call(server, token, "GET", f"/tools?route={route_key}"))
+    return assert_ok(call(server, token, "GET", f"/tools?route={route_key}"))
 
 
 def search(server, token: str, route_key: str, body: dict):
@@ -108,21 +91,7 @@ def search(server, token: str, route_key: str, body: dict):
 
 
 def workspace_keys(server, token: str) -> list[str]:
-    return [w["route"] for w in ok(call(server, token, "GET", "/workspaces"))["workspaces"]]
-
-
-@pytest.fixture
-def apply(cli, tmp_path):
-    """Write a configuration to tmp_path, apply it, return the apply report."""
-
-    def run(doc: dict) -> dict:
-        path = tmp_path / f"hub-{uuid.uuid4().hex[:8]}.json"
-        path.write_text(json.dumps(doc))
-        code, out, err = cli("config", "apply", str(path))
-        assert code == 0, err
-        return out
-
-    return run
+    return [w["route"] for w in assert_ok(call(server, token, "GET", "/workspaces"))["workspaces"]]
 
 
 @pytest.fixture
@@ -154,7 +123,7 @@ def add_knowledge(cli):
 
 
 def bootstrap(server, token: str, route_key: str) -> dict:
-    return ok(call(server, token, "GET", f"/workspaces/{route_key}/bootstrap"))
+    return assert_ok(call(server, token, "GET", f"/workspaces/{route_key}/bootstrap"))
 
 
 # ----------------------------------------------------------------------------- workspaces
@@ -182,7 +151,7 @@ def intersection(apply, session):
 
 
 def test_workspaces_are_the_intersection(server, intersection):
-    body = ok(call(server, intersection, "GET", "/workspaces"))
+    body = assert_ok(call(server, intersection, "GET", "/workspaces"))
     assert body["schema_version"] == "bailing.agent-workspaces.v1"
     assert [(w["route"], w["name"], w["description"]) for w in body["workspaces"]] == [
         ("open", "Route open", "About open")]
@@ -201,12 +170,12 @@ EXCLUDED_CODES = {
 @pytest.mark.parametrize("route_key", EXCLUDED)
 def test_a_route_outside_the_workspace_cannot_bootstrap(server, intersection, route_key):
     assert bootstrap(server, intersection, "open")["workspace"]["route"] == "open"
-    body = refused(call(server, intersection, "GET", f"/workspaces/{route_key}/bootstrap"),
-                   *EXCLUDED_CODES[route_key])
+    body = assert_error(call(server, intersection, "GET", f"/workspaces/{route_key}/bootstrap"),
+                        *EXCLUDED_CODES[route_key])
     if body["error"] == "route_not_allowed":
         # Not allowed is answered before existence is looked at: nothing tells them apart.
-        missing = refused(call(server, intersection, "GET", "/workspaces/never-defined/bootstrap"),
-                          403, "route_not_allowed")
+        missing = assert_error(call(server, intersection, "GET", "/workspaces/never-defined/bootstrap"),
+                               403, "route_not_allowed")
         assert body == missing
 
 
@@ -228,7 +197,7 @@ def test_workspaces_follow_the_audience(server, apply, session, principal, expec
     token = session([r["route_key"] for r in AUDIENCE_ROUTES], principal=principal, on_behalf_of=None)
     assert workspace_keys(server, token) == expected
     for key in {r["route_key"] for r in AUDIENCE_ROUTES} - set(expected):
-        refused(call(server, token, "GET", f"/workspaces/{key}/bootstrap"), 403, "audience_not_allowed")
+        assert_error(call(server, token, "GET", f"/workspaces/{key}/bootstrap"), 403, "audience_not_allowed")
 
 
 # ----------------------------------------------------------------------------- bootstrap
@@ -314,7 +283,7 @@ def test_bootstrap_never_shows_credentials_model_settings_or_provider_urls(serve
     apply(doc)
     token = session(["vault"])
     response = call(server, token, "GET", "/workspaces/vault/bootstrap")
-    body = ok(response)
+    body = assert_ok(response)
     assert body["profile"]["instructions"] == ("[Route system rules]\nYou help the warehouse team.\n\n"
                                                "[Local agent rules]\nMind the stock.")
     assert body["capabilities"]["authorized_total"] > 0
@@ -343,7 +312,7 @@ def test_a_knowledge_only_workspace_bootstraps_with_no_tools(server, apply, sess
     assert context["active_tools"] == []
     assert context["capability_revision"] == caps["revision"]
     # The business tool surface needs tools.agent_direct, which this route does not have.
-    refused(call(server, token, "GET", "/tools?route=handbook"), 403, "agent_direct_disabled")
+    assert_error(call(server, token, "GET", "/tools?route=handbook"), 403, "agent_direct_disabled")
 
 
 def test_agent_client_disabled_closes_only_the_runtime(server, apply, session):
@@ -357,7 +326,7 @@ def test_agent_client_disabled_closes_only_the_runtime(server, apply, session):
         ("POST", "/workspaces/legacy/turns", {"client_conversation_id": "c", "client_turn_id": "t",
                                               "user_message_id": "m", "user_input": "hi"}),
     ]:
-        refused(call(server, token, method, path, body), 403, "agent_client_disabled")
+        assert_error(call(server, token, method, path, body), 403, "agent_client_disabled")
     surface = tools_surface(server, token, "legacy")
     assert surface["route"] == "legacy"
     assert sorted(t["name"] for t in surface["tools"]) == [
@@ -600,13 +569,13 @@ def test_on_demand_turns_get_bounded_hints_instead_of_bodies(server, session, sq
 def test_knowledge_capabilities(server, session, knowledge_hub):
     knowledge_hub(top_k=3)
     token = session(["kb", "kb-off"])
-    body = ok(call(server, token, "GET", "/workspaces/kb/knowledge/capabilities"))
+    body = assert_ok(call(server, token, "GET", "/workspaces/kb/knowledge/capabilities"))
     assert body == {"schema": "bailing.agent-knowledge-capabilities.v1", "route": "kb", "enabled": True,
                     "documents": 4, "delivery_modes": ["inline", "on_demand"], "trust": "reference_only",
                     "search": {"max_query_chars": 1000, "max_results": 20, "default_results": 3,
                                "hint_max_chars": 240},
                     "read": {"max_chars": 16000}}
-    off = ok(call(server, token, "GET", "/workspaces/kb-off/knowledge/capabilities"))
+    off = assert_ok(call(server, token, "GET", "/workspaces/kb-off/knowledge/capabilities"))
     assert off["enabled"] is False and off["documents"] == 1
 
 
@@ -614,7 +583,7 @@ def test_knowledge_search_returns_hints_within_the_limit(server, session, sql, k
     knowledge_hub(top_k=4, max_docs=50)
     token = session(["kb"])
     path = "/workspaces/kb/knowledge/search"
-    body = ok(call(server, token, "POST", path, {"query": "refund"}))
+    body = assert_ok(call(server, token, "POST", path, {"query": "refund"}))
     assert body["schema"] == "bailing.agent-knowledge-search.v1"
     assert body["route"] == "kb" and body["trust"] == "reference_only"
     assert body["limit"] == 4 and len(body["results"]) == 4  # default: the route's top_k
@@ -624,11 +593,11 @@ def test_knowledge_search_returns_hints_within_the_limit(server, session, sql, k
         assert item["hint"] == texts[item["chunk_id"]][:240]
         assert item["trust"] == "reference_only"
     for limit, expected in ((1, 1), (20, 9)):
-        found = ok(call(server, token, "POST", path, {"query": "refund", "limit": limit}))
+        found = assert_ok(call(server, token, "POST", path, {"query": "refund", "limit": limit}))
         assert found["limit"] == limit and len(found["results"]) == expected
-    sapphire = ok(call(server, token, "POST", path, {"query": "sapphire"}))["results"]
+    sapphire = assert_ok(call(server, token, "POST", path, {"query": "sapphire"}))["results"]
     assert {r["document"] for r in sapphire} == {"refunds.md"} and len(sapphire) == 3
-    assert ok(call(server, token, "POST", path, {"query": "zzzz qqqq"}))["results"] == []
+    assert assert_ok(call(server, token, "POST", path, {"query": "zzzz qqqq"}))["results"] == []
 
 
 @pytest.mark.parametrize("body", [
@@ -639,29 +608,29 @@ def test_knowledge_search_returns_hints_within_the_limit(server, session, sql, k
         "limit-bool", "unknown-offset", "unknown-route"])
 def test_knowledge_search_refuses_bad_requests(server, session, knowledge_hub, body):
     knowledge_hub()
-    refused(call(server, session(["kb"]), "POST", "/workspaces/kb/knowledge/search", body),
-            400, "invalid_request")
+    assert_error(call(server, session(["kb"]), "POST", "/workspaces/kb/knowledge/search", body),
+                 400, "invalid_request")
 
 
 def test_knowledge_read_pages_a_chunk(server, session, sql, knowledge_hub):
     knowledge_hub()
     token = session(["kb"])
-    hit = ok(call(server, token, "POST", "/workspaces/kb/knowledge/search",
-                  {"query": "sapphire handbook", "limit": 1}))["results"][0]
+    hit = assert_ok(call(server, token, "POST", "/workspaces/kb/knowledge/search",
+                         {"query": "sapphire handbook", "limit": 1}))["results"][0]
     full = _chunk_texts(sql, "kb")[hit["chunk_id"]]
     assert len(full) > 240 and hit["hint_truncated"] is True
     path = "/workspaces/kb/knowledge/read"
-    whole = ok(call(server, token, "POST", path, {"chunk_id": hit["chunk_id"]}))
+    whole = assert_ok(call(server, token, "POST", path, {"chunk_id": hit["chunk_id"]}))
     assert whole == {"schema": "bailing.agent-knowledge-read.v1", "route": "kb", "chunk_id": hit["chunk_id"],
                      "document": "refunds.md", "title": "Refund handbook", "heading": "Refund handbook",
                      "content": full, "offset": 0, "total_chars": len(full), "truncated": False,
                      "next_offset": None, "max_chars": 16000, "trust": "reference_only"}
-    tail = ok(call(server, token, "POST", path, {"chunk_id": hit["chunk_id"], "offset": 100}))
+    tail = assert_ok(call(server, token, "POST", path, {"chunk_id": hit["chunk_id"], "offset": 100}))
     assert tail["content"] == full[100:] and tail["offset"] == 100 and tail["truncated"] is False
-    end = ok(call(server, token, "POST", path, {"chunk_id": hit["chunk_id"], "offset": len(full)}))
+    end = assert_ok(call(server, token, "POST", path, {"chunk_id": hit["chunk_id"], "offset": len(full)}))
     assert end["content"] == "" and end["next_offset"] is None
-    refused(call(server, token, "POST", path, {"chunk_id": hit["chunk_id"], "offset": len(full) + 1}),
-            400, "invalid_request")
+    assert_error(call(server, token, "POST", path, {"chunk_id": hit["chunk_id"], "offset": len(full) + 1}),
+                 400, "invalid_request")
 
 
 def test_knowledge_read_of_a_chunk_longer_than_the_read_window(server, session, sql, knowledge_hub):
@@ -669,13 +638,13 @@ def test_knowledge_read_of_a_chunk_longer_than_the_read_window(server, session, 
     directly to exercise the read window's truncation and paging."""
     knowledge_hub()
     token = session(["kb"])
-    chunk_id = ok(call(server, token, "POST", "/workspaces/kb/knowledge/search",
-                       {"query": "sapphire handbook", "limit": 1}))["results"][0]["chunk_id"]
+    chunk_id = assert_ok(call(server, token, "POST", "/workspaces/kb/knowledge/search",
+                              {"query": "sapphire handbook", "limit": 1}))["results"][0]["chunk_id"]
     long_text = "".join(f"line {i:05d} of the refund appendix.\n" for i in range(1000))  # 37,000 chars
     sql("UPDATE bz_knowledge_chunks SET content = %s WHERE id = %s", (long_text, chunk_id))
     path, offset, pages = "/workspaces/kb/knowledge/read", 0, []
     while offset is not None:
-        page = ok(call(server, token, "POST", path, {"chunk_id": chunk_id, "offset": offset}))
+        page = assert_ok(call(server, token, "POST", path, {"chunk_id": chunk_id, "offset": offset}))
         assert page["offset"] == offset and page["total_chars"] == len(long_text)
         assert len(page["content"]) <= 16000
         assert page["truncated"] is (page["next_offset"] is not None)
@@ -690,17 +659,17 @@ def test_knowledge_read_stays_inside_the_route(server, session, sql, knowledge_h
     token = session(["kb", "kb-other"])
     foreign = next(iter(_chunk_texts(sql, "kb-other")))
     path = "/workspaces/kb/knowledge/read"
-    refused(call(server, token, "POST", path, {"chunk_id": foreign}), 404, "knowledge_not_found")
-    refused(call(server, token, "POST", path, {"chunk_id": 2**31 - 1}), 404, "knowledge_not_found")
-    assert ok(call(server, token, "POST", "/workspaces/kb-other/knowledge/read",
-                   {"chunk_id": foreign}))["document"] == "shipping.txt"
+    assert_error(call(server, token, "POST", path, {"chunk_id": foreign}), 404, "knowledge_not_found")
+    assert_error(call(server, token, "POST", path, {"chunk_id": 2**31 - 1}), 404, "knowledge_not_found")
+    assert assert_ok(call(server, token, "POST", "/workspaces/kb-other/knowledge/read",
+                          {"chunk_id": foreign}))["document"] == "shipping.txt"
 
 
 @pytest.mark.parametrize("chunk_id", [2**31, 10**12, 2**63 - 1])
 def test_knowledge_read_of_a_large_unknown_chunk_id_is_not_found(server, session, knowledge_hub, chunk_id):
     knowledge_hub()
-    refused(call(server, session(["kb"]), "POST", "/workspaces/kb/knowledge/read", {"chunk_id": chunk_id}),
-            404, "knowledge_not_found")
+    assert_error(call(server, session(["kb"]), "POST", "/workspaces/kb/knowledge/read", {"chunk_id": chunk_id}),
+                 404, "knowledge_not_found")
 
 
 @pytest.mark.parametrize("body", [
@@ -708,21 +677,21 @@ def test_knowledge_read_of_a_large_unknown_chunk_id_is_not_found(server, session
 ], ids=["missing", "zero", "text", "negative-offset", "unknown-field"])
 def test_knowledge_read_refuses_bad_requests(server, session, knowledge_hub, body):
     knowledge_hub()
-    refused(call(server, session(["kb"]), "POST", "/workspaces/kb/knowledge/read", body),
-            400, "invalid_request")
+    assert_error(call(server, session(["kb"]), "POST", "/workspaces/kb/knowledge/read", body),
+                 400, "invalid_request")
 
 
 def test_knowledge_endpoints_without_knowledge_are_unavailable(server, session, sql, knowledge_hub):
     knowledge_hub()
     token = session(["kb-off"])
     own = next(iter(_chunk_texts(sql, "kb-off")))  # documents exist, but knowledge is off
-    refused(call(server, token, "POST", "/workspaces/kb-off/knowledge/search", {"query": "refund"}),
-            404, "knowledge_unavailable")
-    refused(call(server, token, "POST", "/workspaces/kb-off/knowledge/read", {"chunk_id": own}),
-            404, "knowledge_unavailable")
+    assert_error(call(server, token, "POST", "/workspaces/kb-off/knowledge/search", {"query": "refund"}),
+                 404, "knowledge_unavailable")
+    assert_error(call(server, token, "POST", "/workspaces/kb-off/knowledge/read", {"chunk_id": own}),
+                 404, "knowledge_unavailable")
     # A route outside the session's workspace is not even a workspace.
-    refused(call(server, token, "POST", "/workspaces/kb/knowledge/search", {"query": "refund"}),
-            403, "route_not_allowed")
+    assert_error(call(server, token, "POST", "/workspaces/kb/knowledge/search", {"query": "refund"}),
+                 403, "route_not_allowed")
 
 
 # ----------------------------------------------------------------------------- capability search
@@ -752,7 +721,7 @@ def test_capability_search_returns_twelve_complete_tools_and_exact_discovery(ser
     surface = tools_surface(server, token, "ops")
     by_name = {t["name"]: t for t in surface["tools"]}
     assert len(by_name) > 12
-    body = ok(search(server, token, "ops", {"query": "inventory", "limit": 12}))
+    body = assert_ok(search(server, token, "ops", {"query": "inventory", "limit": 12}))
     assert body["schema_version"] == body["schema"] == "bailing.agent-capability-search.v1"
     assert body["route"] == "ops" and body["capability_revision"] == surface["capability_revision"]
     assert body["query"] == "inventory"
@@ -770,22 +739,22 @@ def test_capability_search_returns_twelve_complete_tools_and_exact_discovery(ser
 def test_capability_search_returns_the_active_tool_limit_by_default(server, catalog, apply, session):
     token = catalog[0]
     authorized = len(tools_surface(server, token, "ops")["tools"])
-    body = ok(search(server, token, "ops", {"query": "inventory"}))
+    body = assert_ok(search(server, token, "ops", {"query": "inventory"}))
     assert len(body["tools"]) == 8 and body["discovery"] == expected_discovery(8, authorized, 8)
     apply(hub(route("ops", tools=copy.deepcopy(ALL_SCOPES),
                     agent_client={"enabled": True, "active_tool_limit": 3})))
-    limited = ok(search(server, token, "ops", {"query": "inventory"}))
+    limited = assert_ok(search(server, token, "ops", {"query": "inventory"}))
     assert limited["discovery"] == expected_discovery(3, authorized, 3)
     assert [t["name"] for t in limited["tools"]] == [t["name"] for t in body["tools"]][:3]
 
 
 def test_capability_search_ranks_inventory_tools_first_without_dropping_others(server, catalog):
     token = catalog[0]
-    names = [t["name"] for t in ok(search(server, token, "ops", {"query": "inventory", "limit": 12}))["tools"]]
+    names = [t["name"] for t in assert_ok(search(server, token, "ops", {"query": "inventory", "limit": 12}))["tools"]]
     assert set(names[:4]) == {"inventory_adjust", "inventory_get", "inventory_reserve", "inventory_search"}
     # Zero-score tools still fill the result: customer tools never mention inventory.
     assert any(n.startswith("customer_") for n in names)
-    again = [t["name"] for t in ok(search(server, token, "ops", {"query": "inventory", "limit": 12}))["tools"]]
+    again = [t["name"] for t in assert_ok(search(server, token, "ops", {"query": "inventory", "limit": 12}))["tools"]]
     assert again == names
 
 
@@ -793,8 +762,8 @@ def test_capability_search_ranks_inventory_tools_first_without_dropping_others(s
 def test_capability_search_for_an_unrelated_query_orders_by_name(server, catalog, query):
     token = catalog[0]
     all_names = sorted(t["name"] for t in tools_surface(server, token, "ops")["tools"])
-    first = ok(search(server, token, "ops", {"query": query, "limit": 12}))
-    second = ok(search(server, token, "ops", {"query": query, "limit": 12}))
+    first = assert_ok(search(server, token, "ops", {"query": query, "limit": 12}))
+    second = assert_ok(search(server, token, "ops", {"query": query, "limit": 12}))
     names = [t["name"] for t in first["tools"]]
     assert names == all_names[:12]  # all scores zero: ties broken by name, nothing dropped
     assert [t["name"] for t in second["tools"]] == names
@@ -805,22 +774,22 @@ def test_capability_search_for_an_unrelated_query_orders_by_name(server, catalog
 def test_capability_search_limit(server, catalog, limit):
     token = catalog[0]
     authorized = len(tools_surface(server, token, "ops")["tools"])
-    body = ok(search(server, token, "ops", {"query": "order", "limit": limit}))
+    body = assert_ok(search(server, token, "ops", {"query": "order", "limit": limit}))
     assert len(body["tools"]) == limit
     assert body["discovery"] == expected_discovery(limit, authorized, limit)
-    full = ok(search(server, token, "ops", {"query": "order", "limit": 12}))
+    full = assert_ok(search(server, token, "ops", {"query": "order", "limit": 12}))
     assert [t["name"] for t in body["tools"]] == [t["name"] for t in full["tools"]][:limit]
 
 
 def test_capability_search_in_a_small_catalog_is_not_truncated(server, catalog):
     token = catalog[0]
-    body = ok(search(server, token, "desk", {"query": "inventory"}))
+    body = assert_ok(search(server, token, "desk", {"query": "inventory"}))
     assert sorted(t["name"] for t in body["tools"]) == [
         "customer_contacts_list", "customer_get", "customer_search"]
     assert body["discovery"] == expected_discovery(3, 3, 8)
-    limited = ok(search(server, token, "desk", {"query": "customer", "limit": 2}))
+    limited = assert_ok(search(server, token, "desk", {"query": "customer", "limit": 2}))
     assert limited["discovery"] == expected_discovery(2, 3, 2)
-    empty = ok(search(server, token, "handbook", {"query": "customer", "limit": 12}))
+    empty = assert_ok(search(server, token, "handbook", {"query": "customer", "limit": 12}))
     assert empty["tools"] == [] and empty["discovery"] == expected_discovery(0, 0, 12)
 
 
@@ -833,23 +802,23 @@ def test_capability_search_in_a_small_catalog_is_not_truncated(server, catalog):
         "empty-run-id", "run-id-not-uuid", "run-id-v6", "limit-0", "limit-13", "limit-text", "limit-bool",
         "unknown-field"])
 def test_capability_search_refuses_bad_requests(server, catalog, body):
-    refused(search(server, catalog[0], "ops", body), 400, "invalid_request")
+    assert_error(search(server, catalog[0], "ops", body), 400, "invalid_request")
 
 
 def test_capability_search_by_run_id_of_the_same_session_and_route(server, catalog):
     token = catalog[0]
     run_id = turn(server, token, "ops", "check inventory levels")["run_id"]
-    body = ok(search(server, token, "ops", {"run_id": run_id}))
+    body = assert_ok(search(server, token, "ops", {"run_id": run_id}))
     assert body["run_id"] == run_id
-    by_query = ok(search(server, token, "ops", {"query": "check inventory levels"}))
+    by_query = assert_ok(search(server, token, "ops", {"query": "check inventory levels"}))
     assert body["tools"] == by_query["tools"]
     assert {t["name"] for t in body["tools"][:4]} == {
         "inventory_adjust", "inventory_get", "inventory_reserve", "inventory_search"}
-    blank = ok(search(server, token, "ops", {"run_id": run_id, "query": "   "}))
+    blank = assert_ok(search(server, token, "ops", {"run_id": run_id, "query": "   "}))
     assert blank["tools"] == body["tools"]
     # An explicit query wins over the run's user message.
-    explicit = ok(search(server, token, "ops", {"run_id": run_id, "query": "zzzz"}))
-    plain = ok(search(server, token, "ops", {"query": "zzzz"}))
+    explicit = assert_ok(search(server, token, "ops", {"run_id": run_id, "query": "zzzz"}))
+    plain = assert_ok(search(server, token, "ops", {"query": "zzzz"}))
     assert explicit["tools"] == plain["tools"] != body["tools"]
 
 
@@ -858,20 +827,20 @@ def test_capability_search_refuses_a_run_of_another_session_or_route(server, cat
     other_session_run = turn(server, theirs, "ops", "inventory")["run_id"]
     other_route_run = turn(server, mine, "desk", "inventory")["run_id"]
     for run_id in (other_session_run, other_route_run, str(uuid.uuid4())):
-        refused(search(server, mine, "ops", {"run_id": run_id}), 404, "run_not_found")
-        refused(search(server, mine, "ops", {"run_id": run_id, "query": "inventory"}), 404, "run_not_found")
-    assert ok(search(server, theirs, "ops", {"run_id": other_session_run}))["run_id"] == other_session_run
+        assert_error(search(server, mine, "ops", {"run_id": run_id}), 404, "run_not_found")
+        assert_error(search(server, mine, "ops", {"run_id": run_id, "query": "inventory"}), 404, "run_not_found")
+    assert assert_ok(search(server, theirs, "ops", {"run_id": other_session_run}))["run_id"] == other_session_run
 
 
 def test_a_task_enrolled_session_must_search_with_its_run_id(server, catalog, session):
     token = session(["ops"], task_enrolled=True)
-    refused(search(server, token, "ops", {"query": "inventory"}), 409, "TASK_REQUIRED")
+    assert_error(search(server, token, "ops", {"query": "inventory"}), 409, "TASK_REQUIRED")
     binding = {"schema_version": "bailing.agent-task-binding.v1", "task_id": str(uuid.uuid4()),
                "scope_hash": "a" * 64}
     run_id = turn(server, token, "ops", "inventory", task_binding=binding)["run_id"]
-    found = ok(search(server, token, "ops", {"run_id": run_id}))
+    found = assert_ok(search(server, token, "ops", {"run_id": run_id}))
     assert found["run_id"] == run_id and len(found["tools"]) == 8
-    assert ok(search(server, token, "ops", {"run_id": run_id, "query": "order"}))["run_id"] == run_id
+    assert assert_ok(search(server, token, "ops", {"run_id": run_id, "query": "order"}))["run_id"] == run_id
 
 
 def test_knowledge_search_never_exceeds_its_advertised_maximum(server, apply, session, add_knowledge,
@@ -881,8 +850,8 @@ def test_knowledge_search_never_exceeds_its_advertised_maximum(server, apply, se
     many.write_text("".join(f"## Section {i}\n\nRefund rule number {i}.\n\n" for i in range(30)))
     assert add_knowledge("kb", many)[1]["documents"][0]["chunks"] == 30
     token = session(["kb"])
-    caps = ok(call(server, token, "GET", "/workspaces/kb/knowledge/capabilities"))["search"]
+    caps = assert_ok(call(server, token, "GET", "/workspaces/kb/knowledge/capabilities"))["search"]
     assert caps["max_results"] == 20
-    found = ok(call(server, token, "POST", "/workspaces/kb/knowledge/search", {"query": "refund"}))
+    found = assert_ok(call(server, token, "POST", "/workspaces/kb/knowledge/search", {"query": "refund"}))
     assert len(found["results"]) <= caps["max_results"] and found["limit"] <= caps["max_results"]
     assert caps["default_results"] <= caps["max_results"]

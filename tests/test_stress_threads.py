@@ -26,6 +26,7 @@ import requests
 from admin_app import create_app
 from bench.load import PRINCIPAL, Load, Plan, figures, final_read, provision, report, verify
 from tests.conftest import LiveServer
+from tests.helpers import session_bearer
 from tests.gunicorn_hub import GunicornHub
 
 SECONDS = float(os.environ.get("BAILING_STRESS_SECONDS", "3"))
@@ -49,10 +50,6 @@ def crm_session(run) -> dict:
     return run("sessions", "issue", "--client", "crm-demo", "--routes", "customers",
                "--principal", json.dumps(PRINCIPAL), "--on-behalf-of", "tenant-7:user-42",
                "--access-ttl", "3600")
-
-
-def auth(session: dict) -> dict:
-    return {"Authorization": f"Bearer {session['access_token']}"}
 
 
 # ============================================================================= A. the stress run
@@ -88,7 +85,7 @@ class Turns:
             n += 1
             turn = f"turn-{n}"
             try:
-                response = http.post(self.base + TURNS, headers=auth(session), timeout=60, json={
+                response = http.post(self.base + TURNS, headers=session_bearer(session), timeout=60, json={
                     "client_conversation_id": f"stress-{session['session_id']}", "client_turn_id": turn,
                     "user_message_id": f"msg-{n}", "user_input": f"Question {n}?"})
             except requests.RequestException:
@@ -211,19 +208,19 @@ def test_one_run_linked_into_two_archives_at_once_answers_200_and_409(server, cl
     outcomes: Counter = Counter()
     for race in range(RACES):
         conversation = f"race-{race}"
-        turn = server.post(TURNS, headers=auth(who), json={
+        turn = server.post(TURNS, headers=session_bearer(who), json={
             "client_conversation_id": conversation, "client_turn_id": "turn-1",
             "user_message_id": "msg-1", "user_input": "Link me twice."})
         assert turn.status_code == 200, turn.text
         run_id = turn.json()["run_id"]
         archives = []
         for _ in range(2):
-            created = server.post(AUDITS, headers=auth(who), json={
+            created = server.post(AUDITS, headers=session_bearer(who), json={
                 "client_archive_id": str(uuid.uuid4()), "client_conversation_id": conversation,
                 "route": "customers", "member_session_ids": [who["session_id"]]})
             assert created.status_code == 200, created.text
             cid = created.json()["conversation"]["conversation_id"]
-            started = server.post(f"{AUDITS}/{cid}/events", headers=auth(who), json={"events": [
+            started = server.post(f"{AUDITS}/{cid}/events", headers=session_bearer(who), json={"events": [
                 {"event_id": "start", "sequence": 1, "client_turn_id": "turn-1", "kind": "turn_start"}]})
             assert started.status_code == 200, started.text
             archives.append(cid)
@@ -235,7 +232,7 @@ def test_one_run_linked_into_two_archives_at_once_answers_200_and_409(server, cl
             body = {"events": [{"event_id": "link", "sequence": 2, "client_turn_id": "turn-1",
                                 "kind": "run_link", "run_id": run_id, "member_session_id": who["session_id"]}]}
             barrier.wait(timeout=10)
-            answers[cid] = requests.post(f"{server.url}{AUDITS}/{cid}/events", headers=auth(who),
+            answers[cid] = requests.post(f"{server.url}{AUDITS}/{cid}/events", headers=session_bearer(who),
                                          json=body, timeout=30)
 
         threads = [threading.Thread(target=link, args=(cid,)) for cid in archives]

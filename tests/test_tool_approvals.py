@@ -18,8 +18,8 @@ import requests
 
 from admin_app.invocations import signing
 from tests.conftest import DEMO_CONTROL, DEMO_SECRETS, EXAMPLES, governed_config
+from tests.helpers import admin_token
 
-PASSWORD = "correct horse battery\n"
 PRINCIPAL = {"id": "user-42", "tenant": "tenant-7"}  # the `governed` session's
 SUBJECT = "tenant-7:user-42"
 FORCED = ["customer_note_add", "customer_export_csv"]
@@ -127,11 +127,7 @@ class Desk:
     def token(self, role: str, name: str | None = None) -> str:
         name = name or f"{role}-one"
         if name not in self.tokens:
-            code, _, err = self.cli("admins", "create", name, "--role", role, "--password-stdin", input=PASSWORD)
-            assert code == 0, err
-            code, out, err = self.cli("admins", "token", name)
-            assert code == 0, err
-            self.tokens[name] = out["token"]
+            self.tokens[name] = admin_token(self.cli, name, role)
         return self.tokens[name]
 
     def admin_get(self, path: str, token: str | None = "admin", params=None) -> requests.Response:

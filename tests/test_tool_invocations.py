@@ -23,16 +23,18 @@ import psycopg
 import pytest
 import requests
 
+from admin_app import limits
 from admin_app.invocations import signing
 from tests.conftest import DEMO_SECRETS, EXAMPLES, governed_config
+from tests.helpers import admin_token, apply_config, assert_error, bearer, row_count, row_counts
 
 BASE = "/agent-api/v1/tool-invocations"
 ROUTE = "desk"
 SUBJECT = "tenant-7:user-42"
 SCHEMA = "bailing.agent-tool-invocation.v1"
 RECEIPT_SCHEMA = "bailing.agent-invocation-receipt.v1"
-ARGS_MAX = 1_048_576
-ENVELOPE_MAX = 2_097_152
+ARGS_MAX = limits.INVOCATION_ARGUMENTS_MAX_BYTES
+ENVELOPE_MAX = limits.INVOCATION_ENVELOPE_MAX_BYTES
 STATUSES = {"executed", "business_rejected", "awaiting_approval", "denied", "rejected_before_dispatch",
             "reconciliation_required", "in_progress"}
 
@@ -118,7 +120,7 @@ class Agent:
 
     @property
     def headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        return {**bearer(self.token), "Content-Type": "application/json"}
 
     def revision(self) -> str:
         response = self.server.get(f"/agent-api/v1/tools?route={ROUTE}", headers=self.headers)
@@ -184,32 +186,14 @@ def checked_invocation(body: dict) -> dict:
     return body
 
 
-def assert_error(response: requests.Response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text[:1000]
-    body = response.json()
-    assert body["error"] == code, body
-    return body
-
-
-def count(sql, table: str) -> int:
-    return sql(f"SELECT count(*) FROM {table}")[0][0]
-
-
 def stored(sql) -> dict:
-    return {t: count(sql, t) for t in ("bz_tool_invocations", "bz_tool_approvals", "bz_tool_journal")}
+    return row_counts(sql, "bz_tool_invocations", "bz_tool_approvals", "bz_tool_journal")
 
 
 def job_id_of(sql, invocation_id: str) -> str:
     rows = sql("SELECT id::text FROM bz_tool_invocations WHERE invocation_id = %s", (iid(invocation_id),))
     assert len(rows) == 1
     return rows[0][0]
-
-
-def apply(cli, tmp_path: Path, config: dict) -> None:
-    path = tmp_path / f"hub-{time.monotonic_ns()}.json"
-    path.write_text(json.dumps(config))
-    code, _out, err = cli("config", "apply", str(path))
-    assert code == 0, err
 
 
 def issue(cli, *extra: str) -> dict:
@@ -221,13 +205,8 @@ def issue(cli, *extra: str) -> dict:
 
 class Admin:
     def __init__(self, server, cli, username: str, role: str):
-        code, out, err = cli("admins", "create", username, "--role", role, "--password-stdin",
-                             input="correct horse battery\n")
-        assert code == 0, err
-        code, out, err = cli("admins", "token", username)
-        assert code == 0, err
         self.server = server
-        self.headers = {"Authorization": f"Bearer {out['token']}"}
+        self.headers = bearer(admin_token(cli, username, role))
 
     def get(self, path: str) -> requests.Response:
         return self.server.get("/admin/api" + path, headers=self.headers)
@@ -299,7 +278,7 @@ def test_argument_budget_is_exact_in_javascript_bytes(agent, business, sql, extr
         # budget-accepted call reaches.
         assert result["status"] == "rejected_before_dispatch"
         assert result["reason"].startswith("invalid_arguments: text")
-        assert count(sql, "bz_tool_invocations") == before["bz_tool_invocations"] + 1
+        assert row_count(sql, "bz_tool_invocations") == before["bz_tool_invocations"] + 1
     else:
         assert response.status_code == 413
         body = response.json()
@@ -310,7 +289,7 @@ def test_argument_budget_is_exact_in_javascript_bytes(agent, business, sql, extr
         assert stored(sql) == before
         assert "€" not in response.text and "😀" not in response.text and agent.token not in response.text
         assert len(response.content) < 1000
-    assert count(sql, "bz_tool_journal") == before["bz_tool_journal"]
+    assert row_count(sql, "bz_tool_journal") == before["bz_tool_journal"]
     assert business.executions() == []
 
 
@@ -352,7 +331,7 @@ def test_argument_budget_formats_numbers_as_javascript_does(agent, business, sql
     else:
         body = assert_error(response, 413, "arguments_too_large")
         assert body["actual_bytes"] == ARGS_MAX + 1
-        assert count(sql, "bz_tool_invocations") == 0
+        assert row_count(sql, "bz_tool_invocations") == 0
     assert business.executions() == []
 
 
@@ -416,7 +395,7 @@ def test_a_readonly_call_is_executed_once_and_replayed_for_the_same_invocation(a
     again = agent.invoke("customer_get", CUSTOMER, "inv-read")
     assert again == first
     assert len(business.executions()) == 1
-    assert count(sql, "bz_tool_invocations") == 1
+    assert row_count(sql, "bz_tool_invocations") == 1
 
 
 @pytest.mark.parametrize("tool, arguments", [
@@ -427,14 +406,14 @@ def test_reusing_an_invocation_id_for_a_different_call_is_409(agent, business, s
     agent.invoke("customer_get", CUSTOMER, "inv-reused")
     assert_error(agent.invoke_raw(tool, arguments, "inv-reused"), 409, "invocation_conflict")
     assert len(business.executions()) == 1
-    assert count(sql, "bz_tool_invocations") == 1
+    assert row_count(sql, "bz_tool_invocations") == 1
 
 
 @pytest.mark.parametrize("tool", ["customer_delete", "health_check", "no_such_tool", "Customer_Get"])
 def test_a_tool_outside_the_projection_is_404(agent, business, sql, tool):
     response = agent.invoke_raw(tool, {"customer_id": "C-100234"})
     assert_error(response, 404, "tool_not_found")
-    assert count(sql, "bz_tool_invocations") == 0
+    assert row_count(sql, "bz_tool_invocations") == 0
     assert business.executions() == []
 
 
@@ -444,7 +423,7 @@ def test_a_stale_capability_revision_is_409(agent, business, sql):
     body["capability_revision"] = "0" * 64
     error = assert_error(agent.post(body), 409, "capability_changed")
     assert error["capability_revision"] == current
-    assert count(sql, "bz_tool_invocations") == 0
+    assert row_count(sql, "bz_tool_invocations") == 0
     assert business.executions() == []
 
 
@@ -452,7 +431,7 @@ def test_a_stale_capability_revision_is_409(agent, business, sql):
 def test_arguments_must_be_an_object(agent, business, sql, arguments):
     error = assert_error(agent.invoke_raw("customer_get", arguments), 400, "invalid_request")
     assert any(p["path"] == "arguments" for p in error["problems"])
-    assert count(sql, "bz_tool_invocations") == 0
+    assert row_count(sql, "bz_tool_invocations") == 0
     assert business.executions() == []
 
 
@@ -472,7 +451,7 @@ def test_malformed_invocation_requests_are_400(agent, business, sql, change):
         del body[change.pop("remove")]
     body.update(change)
     assert_error(agent.post(body), 400, "invalid_request")
-    assert count(sql, "bz_tool_invocations") == 0
+    assert row_count(sql, "bz_tool_invocations") == 0
     assert business.executions() == []
 
 
@@ -481,7 +460,7 @@ def test_an_invocation_without_a_json_object_body_is_refused(agent, business, sq
     # The Content-Type is not checked (WIRE §1): `{}` as text/plain is read, and lacks every field.
     headers = dict(agent.headers, **{"Content-Type": "text/plain"})
     assert agent.server.post(BASE, data=b"{}", headers=headers).status_code == 400
-    assert count(sql, "bz_tool_invocations") == 0
+    assert row_count(sql, "bz_tool_invocations") == 0
 
 
 @pytest.mark.parametrize("tool, arguments", [
@@ -499,8 +478,8 @@ def test_arguments_violating_the_input_schema_are_rejected_before_dispatch(agent
     assert result["status"] == "rejected_before_dispatch"
     assert result["reason"].startswith("invalid_arguments")
     assert "result" not in result and "approval" not in result
-    assert count(sql, "bz_tool_journal") == 0
-    assert count(sql, "bz_tool_approvals") == 0
+    assert row_count(sql, "bz_tool_journal") == 0
+    assert row_count(sql, "bz_tool_approvals") == 0
     assert business.executions() == []
 
 
@@ -517,8 +496,8 @@ def test_an_approval_when_type_mismatch_is_rejected_before_dispatch(agent, busin
     result = agent.invoke(tool, arguments)
     assert result["status"] == "rejected_before_dispatch"
     assert "approval" not in result
-    assert count(sql, "bz_tool_approvals") == 0
-    assert count(sql, "bz_tool_journal") == 0
+    assert row_count(sql, "bz_tool_approvals") == 0
+    assert row_count(sql, "bz_tool_journal") == 0
     assert business.executions() == []
 
 
@@ -532,7 +511,7 @@ def test_a_session_without_on_behalf_of_cannot_see_or_call_subject_tools(server,
     assert_error(anonymous.invoke_raw("customer_note_add", {"customer_id": "C-100234", "body": "hi"}),
                  404, "tool_not_found")
     assert_error(anonymous.invoke_raw("customer_update_credit_limit", SMALL_CREDIT), 404, "tool_not_found")
-    assert count(sql, "bz_tool_invocations") == 0
+    assert row_count(sql, "bz_tool_invocations") == 0
     assert business.executions() == []
     assert anonymous.invoke("customer_get", CUSTOMER)["status"] == "executed"
 
@@ -553,7 +532,7 @@ def test_an_unauthenticated_invocation_is_401_and_reads_nothing(agent, business,
         response = agent.server.post(BASE, data=dumps_utf8(body), headers={"Content-Type": "application/json",
                                                                              **headers})
         assert_error(response, 401, "unauthorized")
-    assert count(sql, "bz_tool_invocations") == 0
+    assert row_count(sql, "bz_tool_invocations") == 0
     assert business.executions() == []
 
 
@@ -588,7 +567,7 @@ def test_the_same_write_sent_by_five_clients_at_once_runs_once(agent, business, 
     statuses = [r["status"] for _, r in results]
     assert set(statuses) <= {"executed", "in_progress"} and "executed" in statuses, statuses
     assert len(business.executions("customer_note_add")) == 1
-    assert count(sql, "bz_tool_invocations") == 1
+    assert row_count(sql, "bz_tool_invocations") == 1
     assert agent.resume("inv-once")["status"] == "executed"
     assert len(business.executions()) == 1
 
@@ -664,7 +643,7 @@ def test_approval_comes_from_the_acc(agent, business, sql, approver, tool, argum
         assert result["status"] == "executed", result
         assert "approval" not in result
         assert len(business.executions(tool)) == 1
-        assert count(sql, "bz_tool_approvals") == 0
+        assert row_count(sql, "bz_tool_approvals") == 0
         return
     assert result["status"] == "awaiting_approval"
     assert "result" not in result
@@ -672,7 +651,7 @@ def test_approval_comes_from_the_acc(agent, business, sql, approver, tool, argum
     assert approval["state"] == "pending"
     assert approval["args_hash"] == sha256_canonical(arguments)
     assert business.executions() == []
-    assert count(sql, "bz_tool_journal") == 0
+    assert row_count(sql, "bz_tool_journal") == 0
     [item] = approver.approvals("pending")
     assert item["id"] == approval["id"] and item["invocation_id"] == iid("inv-policy") and item["tool"] == tool
     assert reason in item["policy"]["reasons"]
@@ -754,7 +733,7 @@ def test_a_denied_approval_never_reaches_the_business_system(agent, business, sq
                  "approval_not_pending")
     assert agent.resume("inv-approval")["status"] == "denied"
     assert business.executions() == []
-    assert count(sql, "bz_tool_journal") == 0
+    assert row_count(sql, "bz_tool_journal") == 0
     assert consumed_at(sql, approval["id"]) is None
 
 
@@ -869,14 +848,14 @@ def test_resume_after_the_tool_changed_is_409_and_sends_nothing(agent, business,
                                                                  tmp_path, kind):
     pending = awaiting(agent)
     approver.approve(pending["approval"])
-    apply(cli, tmp_path, changed_config(kind, business, tmp_path))
+    apply_config(cli, tmp_path, changed_config(kind, business, tmp_path))
     for _ in range(2):
         assert_error(agent.resume_raw("inv-approval"), 409, "capability_changed")
     assert business.executions() == []
     assert consumed_at(sql, pending["approval"]["id"]) is None
-    assert count(sql, "bz_tool_journal") == 0
+    assert row_count(sql, "bz_tool_journal") == 0
     # restoring the tool as approved lets the original approval continue, once
-    apply(cli, tmp_path, governed_config(business.url))
+    apply_config(cli, tmp_path, governed_config(business.url))
     assert agent.resume("inv-approval")["status"] == "executed"
     assert len(business.executions()) == 1
 
@@ -885,7 +864,7 @@ def test_a_guidance_only_change_does_not_block_the_approved_call(agent, business
     pending = awaiting(agent)
     before = agent.revision()
     approver.approve(pending["approval"])
-    apply(cli, tmp_path, changed_config("description", business, tmp_path))
+    apply_config(cli, tmp_path, changed_config("description", business, tmp_path))
     assert agent.revision() != before  # discovery sees a change ...
     assert agent.resume("inv-approval")["status"] == "executed"  # ... the frozen execution does not
     assert len(business.executions()) == 1
@@ -938,7 +917,7 @@ def test_the_receipt_never_dispatches_or_consumes_an_approval(agent, business, s
         assert receipt["journal_state"] == "absent"
     assert consumed_at(sql, approval["id"]) is None
     assert business.executions() == []
-    assert count(sql, "bz_tool_journal") == 0
+    assert row_count(sql, "bz_tool_journal") == 0
 
     agent.resume("inv-approval")
     receipt = agent.receipt("inv-approval")
@@ -987,7 +966,7 @@ def test_nothing_is_sent_when_the_journal_cannot_be_written(agent, business, sql
     assert_error(response, 503, "invocation_storage_unavailable")
     assert "journal-write-refused-by-test" not in response.text
     assert business.executions() == []
-    assert count(sql, "bz_tool_invocations") == 0  # the whole reservation rolled back
+    assert row_count(sql, "bz_tool_invocations") == 0  # the whole reservation rolled back
     sql("DROP TRIGGER test_refuse_journal ON bz_tool_journal")
     assert agent.invoke("customer_get", CUSTOMER, "inv-nojournal")["status"] == "executed"
     assert len(business.executions()) == 1
@@ -1054,7 +1033,7 @@ def test_a_sensitive_call_refused_by_its_schema_records_no_values(agent, busines
 def test_a_sensitive_approval_summary_withholds_values(agent, business, sql, approver, cli, tmp_path):
     config = governed_config(business.url)
     config["routes"][0]["tools"]["agent_direct"]["force_approval_tools"] = ["customer_export_csv"]
-    apply(cli, tmp_path, config)
+    apply_config(cli, tmp_path, config)
     result = agent.invoke("customer_export_csv", EXPORT, "inv-export-approval")
     assert result["status"] == "awaiting_approval"
     [item] = approver.approvals("pending")
@@ -1117,7 +1096,7 @@ def test_a_sensitive_tool_with_a_path_parameter_records_no_values(agent, busines
     config = governed_config(business.url)
     config["tool_providers"][0]["openapi"] = crm_variant(
         tmp_path, lambda op: op["x-agent-capability"].update(audit={"sensitive": True}), method="get")
-    apply(cli, tmp_path, config)
+    apply_config(cli, tmp_path, config)
     result = agent.invoke("customer_get", {"customer_id": "C-100236"}, "inv-sensitive-path")
     assert result["status"] == "executed"
     assert len(business.executions("customer_get")) == 1

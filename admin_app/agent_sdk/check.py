@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from re import Pattern
-from typing import Any
+from typing import Any, Literal, NoReturn, overload
 
 from .errors import ContractError
 
@@ -27,7 +27,7 @@ class Reader:
     def __init__(self, endpoint: str):
         self.endpoint = endpoint
 
-    def fail(self, path: str, reason: str):
+    def fail(self, path: str, reason: str) -> NoReturn:
         raise ContractError(self.endpoint, path, reason)
 
     def _take(self, d: dict, key: str, base: str, optional: bool, nullable: bool):
@@ -135,6 +135,13 @@ class Reader:
         if max_items is not None and len(value) > max_items:
             self.fail(path, f"must have at most {max_items} entries")
         return value
+
+    @overload
+    def timestamp(self, d: dict, key: str, base: str = "", *, optional: Literal[False] = False,
+                  nullable: Literal[False] = False) -> datetime: ...
+    @overload
+    def timestamp(self, d: dict, key: str, base: str = "", *, optional: bool = False,
+                  nullable: bool = False) -> datetime | None: ...
 
     def timestamp(self, d: dict, key: str, base: str = "", *, optional: bool = False,
                   nullable: bool = False) -> datetime | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import requests
@@ -89,10 +90,11 @@ class AgentClient:
              user_input: str, page_context: dict | None = None, renderers: list[str] | None = None,
              task_binding: TaskBinding | None = None, knowledge_delivery: str | None = None) -> TurnContext:
         runtime.route_key(route)
-        body = {"client_conversation_id": runtime.client_id(client_conversation_id, "client_conversation_id"),
-                "client_turn_id": runtime.client_id(client_turn_id, "client_turn_id"),
-                "user_message_id": runtime.client_id(user_message_id, "user_message_id"),
-                "user_input": runtime.client_text(user_input, "user_input", c.USER_INPUT_MAX)}
+        body: dict[str, Any] = {
+            "client_conversation_id": runtime.client_id(client_conversation_id, "client_conversation_id"),
+            "client_turn_id": runtime.client_id(client_turn_id, "client_turn_id"),
+            "user_message_id": runtime.client_id(user_message_id, "user_message_id"),
+            "user_input": runtime.client_text(user_input, "user_input", c.USER_INPUT_MAX)}
         if page_context is not None:
             if not isinstance(page_context, dict):
                 raise RequestRefused("page_context", "must be an object")
@@ -143,8 +145,9 @@ class AgentClient:
             raise RequestRefused("run_id", "must be a UUID")
         if status not in c.RUN_STATUSES:
             raise RequestRefused("status", "must be completed, failed or cancelled")
-        body = {"assistant_message_id": runtime.client_id(assistant_message_id, "assistant_message_id"),
-                "status": status, "content": runtime.client_text(content, "content", c.CONTENT_MAX)}
+        body: dict[str, Any] = {
+            "assistant_message_id": runtime.client_id(assistant_message_id, "assistant_message_id"),
+            "status": status, "content": runtime.client_text(content, "content", c.CONTENT_MAX)}
         for key, value in (("model", model), ("runtime", runtime_name)):
             if value is not None:
                 body[key] = runtime.client_text(value, key, c.MODEL_MAX, non_blank=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 
-from ..invocations.js_json import byte_length
+from ..js_json import byte_length
 from . import contract as c
 from .check import Reader, join
 from .errors import RequestRefused

@@ -48,7 +48,7 @@ def parse_search(data: dict, endpoint: str, route: str, limit: int | None) -> li
     r.string(data, "route", equals=route)
     r.string(data, "trust", equals=TRUST)
     effective = r.integer(data, "limit", lo=1, hi=c.KNOWLEDGE_RESULTS_MAX,
-                          **({"choices": (limit,)} if limit is not None else {}))
+                          choices=(limit,) if limit is not None else None)
     results = r.array(data, "results", max_items=effective)
     return [parse_hint(r, item, join("results", i)) for i, item in enumerate(results)]
 

@@ -42,7 +42,7 @@ def parse_task_capabilities(data: dict, endpoint: str) -> TaskControlCapabilitie
     r.boolean(data, "same_hub_only", equals=True)
     if r.array(data, "controls") != c.TASK_CONTROLS:
         r.fail("controls", "must be pause, resume, cancel")
-    inspect = r.boolean(data, "inspect_invocation", **({"equals": True} if supported else {}))
+    inspect = r.boolean(data, "inspect_invocation", equals=True if supported else None)
     return TaskControlCapabilities(supported, r.string(data, "mode", choices=("optional", "required")), inspect)
 
 

@@ -6,27 +6,30 @@ from functools import wraps
 
 from flask import Blueprint, Response, g, jsonify, request
 
-from ..conversation_audit import archives, reads
+from .. import limits, surfaces
+from ..conversation_audit import archives
 from ..conversation_audit.availability import probe, require_archives
-from ..errors import ApiError
+from ..errors import ApiError, invalid_field
 from ..identity import access_log
 from ..identity.roles import permissions_of
 from ..identity.tokens import bearer_from_header
 from ..invocations import approvals
-from ..invocations.traces import core_job_trace, job_trace
-from ..runtime.traces import agent_client_trace, run_trace
+from ..reads import approvals as approval_reads
+from ..reads import archives as archive_reads
+from ..reads.traces import agent_client_trace, core_job_trace, job_trace, run_trace
 from ..validation import SAFE_INTEGER_MAX
 from .auth import admin_permission_required, agent_bearer_is_valid
 from .body import read_json_object
 from .query import clamped_int_param, int_param, query_params
 
-bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
+bp = Blueprint("admin_api", __name__, url_prefix=surfaces.ADMIN_API.prefix)
 
 
 def recorded(action: str, target) -> None:
     """A sensitive read, in the access log with the admin and the token that made it; written in
     the request's transaction, so it commits with the answer and a refusal records nothing."""
     bearer = bearer_from_header(request.headers.get("Authorization"))
+    assert bearer is not None  # admin_permission_required authenticated this very header
     access_log.record_api_read(g.db, g.admin.id, g.admin.username, bearer, action, str(target))
 
 
@@ -60,9 +63,9 @@ def audit_reader(view):
 def conversation_audits():
     require_archives(g.db)
     params = query_params(optional=("limit", "offset"))
-    limit = clamped_int_param(params, "limit", *reads.LIST_LIMIT)
+    limit = clamped_int_param(params, "limit", *archive_reads.LIST_LIMIT)
     offset = clamped_int_param(params, "offset", 0, 0, SAFE_INTEGER_MAX)
-    return jsonify(reads.list_archives(g.db, limit, offset))
+    return jsonify(archive_reads.list_archives(g.db, limit, offset))
 
 
 @bp.get("/conversation-audits/<archive_id>")
@@ -72,8 +75,8 @@ def conversation_audit(archive_id: str):
     available = require_archives(g.db)
     params = query_params(optional=("after_sequence", "limit"))
     after = clamped_int_param(params, "after_sequence", 0, 0, SAFE_INTEGER_MAX)
-    limit = clamped_int_param(params, "limit", *reads.EVENTS_LIMIT)
-    detail = reads.archive_detail(g.db, archive, after, limit, available)
+    limit = clamped_int_param(params, "limit", *archive_reads.EVENTS_LIMIT)
+    detail = archive_reads.archive_detail(g.db, archive, after, limit, available)
     recorded("transcript_view", archive)  # each page read is a read of the transcript
     return jsonify(detail)
 
@@ -92,7 +95,7 @@ def agent_run(run_id: str):
     try:
         rid = uuid.UUID(run_id)
     except ValueError:
-        raise ApiError("run_not_found", "No such run.") from None
+        raise ApiError("run_not_found") from None
     trace = run_trace(g.db, rid, probe(g.db))
     recorded("run_trace_view", rid)
     return jsonify(trace)
@@ -127,13 +130,12 @@ def job_run_trace(job_id: str):
 def tool_approvals():
     params = query_params(optional=("status", "limit", "offset"))
     status = params.get("status", "pending")
-    if status not in approvals.STATUS_FILTERS:
-        allowed = ", ".join(approvals.STATUS_FILTERS)
-        raise ApiError("invalid_request", f"status must be one of {allowed}.",
-                       problems=[{"path": "status", "message": f"must be one of {allowed}"}])
-    limit = int_param(params, "limit", 50, 1, 100)
-    offset = int_param(params, "offset", 0, 0, 10**9)
-    return jsonify(approvals.list_approvals(g.db, status, limit, offset))
+    if status not in approval_reads.STATUS_FILTERS:
+        allowed = ", ".join(approval_reads.STATUS_FILTERS)
+        raise invalid_field("status", f"must be one of {allowed}")
+    limit = int_param(params, "limit", *limits.APPROVALS_LIMIT)
+    offset = int_param(params, "offset", 0, 0, limits.APPROVALS_OFFSET_MAX)
+    return jsonify(approval_reads.list_approvals(g.db, status, limit, offset))
 
 
 @bp.get("/tool-approvals/<approval_id>")
@@ -160,7 +162,7 @@ def tool_approval_snapshot(approval_id: str):
 @admin_permission_required("approvals:decide")
 def decide_tool_approval(approval_id: str, decision: str):
     if decision not in ("approve", "deny"):
-        raise ApiError("not_found", "Not found.")
-    body = read_json_object(64 * 1024)
+        raise ApiError("not_found")
+    body = read_json_object(limits.ADMIN_BODY_MAX_BYTES)
     outcome = "approved" if decision == "approve" else "denied"
     return jsonify(approvals.decide(g.db, g.admin, approval_id, outcome, body))

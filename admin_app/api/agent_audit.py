@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from flask import Blueprint, g, jsonify
 
+from .. import limits, surfaces
 from ..conversation_audit import archives, events
 from ..conversation_audit.availability import probe, require_archives
 from ..errors import ApiError
 from .auth import agent_session_required
 from .body import read_empty_object, read_json_object
 
-bp = Blueprint("agent_audit", __name__, url_prefix="/agent-api/v1/conversation-audits")
+bp = Blueprint("agent_audit", __name__, url_prefix=surfaces.AGENT_AUDITS)
 
-# Every POST of the surface reads at most this much (events.ENVELOPE_MAX_BYTES, 2 MiB).
-BODY_MAX = events.ENVELOPE_MAX_BYTES
+# Every POST of the surface reads at most this much.
+BODY_MAX = limits.AUDIT_ENVELOPE_MAX_BYTES
 
 
 def _too_large(max_bytes: int, observed: int) -> ApiError:

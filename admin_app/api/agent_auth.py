@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, g, jsonify, request
 
+from .. import limits
+from .. import surfaces
 from ..errors import ApiError, invalid_request, unauthorized
 from ..identity import agent_auth, tokens
 from ..identity.clients import authenticate_client_token
@@ -14,12 +16,9 @@ from ..validation import Checker
 from .auth import agent_session_required, database
 from .body import read_empty_object, read_json_object, read_raw
 
-bp = Blueprint("agent_auth", __name__, url_prefix="/agent-auth/v1")
+bp = Blueprint("agent_auth", __name__, url_prefix=surfaces.AGENT_AUTH.prefix)
 
-AUTH_BODY_MAX = 64 * 1024
-WITHDRAW_BODY_MAX = 4 * 1024
 # Authorization requests per client app and caller address.
-CREATE_LIMIT, CREATE_WINDOW_SECONDS = 10, 60
 
 
 @bp.get("/session")
@@ -70,16 +69,16 @@ def _client_from_token(db):
 
 def _create_limit() -> WindowLimit:
     return current_app.extensions.setdefault(
-        "agent_auth_create_limit", WindowLimit(CREATE_LIMIT, CREATE_WINDOW_SECONDS))
+        "agent_auth_create_limit", WindowLimit(limits.AUTHORIZATIONS_PER_WINDOW, limits.AUTHORIZATION_WINDOW_SECONDS))
 
 
 @bp.post("/authorizations")
 def create_authorization():
-    body = read_json_object(AUTH_BODY_MAX)
+    body = read_json_object(limits.AUTH_BODY_MAX_BYTES)
     agent_auth.check_create(body)
     if not _create_limit().allow((body["client_app_id"], request.remote_addr)):
-        err = ApiError("rate_limited", "Too many authorization requests; try again in a minute.")
-        err.headers["Retry-After"] = str(CREATE_WINDOW_SECONDS)
+        err = ApiError("rate_limited")
+        err.headers["Retry-After"] = str(limits.AUTHORIZATION_WINDOW_SECONDS)
         raise err
     with database().session() as db:
         return jsonify(agent_auth.create_authorization(db, body)), 201
@@ -95,7 +94,7 @@ def authorization_context(authorization_id: str):
 def approve_authorization(authorization_id: str):
     with database().session() as db:
         client = _client_from_token(db)
-        body = read_json_object(AUTH_BODY_MAX)
+        body = read_json_object(limits.AUTH_BODY_MAX_BYTES)
         agent_auth.check_approve(body)
         return jsonify(agent_auth.approve(db, client, authorization_id, body))
 
@@ -104,7 +103,7 @@ def approve_authorization(authorization_id: str):
 def deny_authorization(authorization_id: str):
     with database().session() as db:
         client = _client_from_token(db)
-        read_empty_object("deny", AUTH_BODY_MAX)
+        read_empty_object("deny", limits.AUTH_BODY_MAX_BYTES)
         return jsonify(agent_auth.deny(db, client, authorization_id))
 
 
@@ -112,13 +111,13 @@ def deny_authorization(authorization_id: str):
 def withdraw_authorization(authorization_id: str):
     with database().session() as db:
         client = _client_from_token(db)
-        read_empty_object("revoke", WITHDRAW_BODY_MAX)
+        read_empty_object("revoke", limits.WITHDRAW_BODY_MAX_BYTES)
         return jsonify(agent_auth.withdraw(db, client, authorization_id))
 
 
 @bp.post("/token")
 def token():
-    body = read_json_object(AUTH_BODY_MAX)
+    body = read_json_object(limits.AUTH_BODY_MAX_BYTES)
     settings = current_app.extensions["bailing"].settings
     with database().session() as db:
         return jsonify(agent_auth.exchange(db, body, settings.access_token_ttl, settings.refresh_token_ttl))

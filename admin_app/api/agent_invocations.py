@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify, request
 
+from .. import limits
+from .. import surfaces
 from ..errors import ApiError, unauthorized
 from ..identity.sessions import authenticate_access
 from ..identity.tokens import bearer_from_header
 from ..invocations import results, service
 from .body import read_empty_object, read_json_object
 
-bp = Blueprint("agent_invocations", __name__, url_prefix="/agent-api/v1/tool-invocations")
+bp = Blueprint("agent_invocations", __name__, url_prefix=surfaces.AGENT_INVOCATIONS)
 
 
 def _database():
@@ -35,7 +37,7 @@ def _authenticated_first() -> None:
 @bp.post("")
 def invoke():
     _authenticated_first()
-    body = read_json_object(service.ENVELOPE_MAX_BYTES, service.envelope_too_large)
+    body = read_json_object(limits.INVOCATION_ENVELOPE_MAX_BYTES, service.envelope_too_large)
     return jsonify(service.invoke(_database(), _bearer(), body))
 
 
@@ -49,7 +51,7 @@ def resume(invocation_id: str):
     _authenticated_first()
     service.invocation_path_id(invocation_id)
     # The official client sends no body at all; `{}` is accepted too.
-    read_empty_object("resume", service.RESUME_BODY_MAX_BYTES, service.envelope_too_large)
+    read_empty_object("resume", limits.RESUME_BODY_MAX_BYTES, service.envelope_too_large)
     return jsonify(service.resume(_database(), _bearer(), invocation_id))
 
 

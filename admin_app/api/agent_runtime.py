@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint, g, jsonify
 
+from .. import limits
+from .. import surfaces
 from ..catalog.projection import project
 from ..errors import ApiError, invalid_request
 from ..identity.workspace import resolve_route, workspace_routes
@@ -15,11 +17,8 @@ from ..validation import RESOURCE_KEY, Checker
 from .auth import agent_session_required
 from .body import read_json_object
 
-bp = Blueprint("agent_runtime", __name__, url_prefix="/agent-api/v1")
+bp = Blueprint("agent_runtime", __name__, url_prefix=surfaces.AGENT_API.prefix)
 
-RUNTIME_BODY_MAX = 512 * 1024  # turns and complete, as the spec sets it
-SEARCH_BODY_MAX = 8 * 1024
-SMALL_BODY_MAX = 64 * 1024
 
 
 def _body(max_bytes: int) -> dict:
@@ -65,7 +64,7 @@ def system_info(route_key: str):
 @agent_session_required
 def turns(route_key: str):
     _path_route(route_key)
-    body = _body(RUNTIME_BODY_MAX)
+    body = _body(limits.RUNTIME_BODY_MAX_BYTES)
     route = _runtime_route(route_key)
     return jsonify(prepare_turn(g.db, g.agent_session, route, body))
 
@@ -74,7 +73,7 @@ def turns(route_key: str):
 @agent_session_required
 def capability_search_view(route_key: str):
     _path_route(route_key)
-    body = _body(SEARCH_BODY_MAX)
+    body = _body(limits.SEARCH_BODY_MAX_BYTES)
     route = _runtime_route(route_key)
     return jsonify(capability_search.search(g.db, g.agent_session, route, body))
 
@@ -82,7 +81,7 @@ def capability_search_view(route_key: str):
 @bp.post("/runs/<run_id>/complete")
 @agent_session_required
 def complete(run_id: str):
-    body = _body(RUNTIME_BODY_MAX)
+    body = _body(limits.RUNTIME_BODY_MAX_BYTES)
     return jsonify(complete_run(g.db, g.agent_session, run_id, body))
 
 
@@ -105,35 +104,35 @@ def knowledge_capabilities(route_key: str):
         "documents": settings["sources"],
         "delivery_modes": ["inline", "on_demand"],
         "trust": "reference_only",
-        "search": {"max_query_chars": knowledge.QUERY_MAX_CHARS, "max_results": knowledge.SEARCH_MAX_RESULTS,
-                   "default_results": _default_results(settings), "hint_max_chars": knowledge.HINT_CHARS},
-        "read": {"max_chars": knowledge.READ_MAX_CHARS},
+        "search": {"max_query_chars": limits.KNOWLEDGE_QUERY_MAX, "max_results": limits.KNOWLEDGE_SEARCH_MAX_RESULTS,
+                   "default_results": _default_results(settings), "hint_max_chars": limits.KNOWLEDGE_HINT_MAX},
+        "read": {"max_chars": limits.KNOWLEDGE_READ_MAX},
     })
 
 
 def _default_results(settings: dict) -> int:
     # top_k also bounds inline knowledge (up to 50); a search never returns more than its maximum.
-    return min(settings["top_k"], knowledge.SEARCH_MAX_RESULTS)
+    return min(settings["top_k"], limits.KNOWLEDGE_SEARCH_MAX_RESULTS)
 
 
 def _enabled(settings: dict) -> None:
     if not settings["enabled"]:
-        raise ApiError("knowledge_unavailable", "This workspace has no knowledge enabled.")
+        raise ApiError("knowledge_unavailable")
 
 
 @bp.post("/workspaces/<route_key>/knowledge/search")
 @agent_session_required
 def knowledge_search(route_key: str):
-    body = _body(SMALL_BODY_MAX)
+    body = _body(limits.SMALL_BODY_MAX_BYTES)
     route, settings = _knowledge_route(route_key)
     checker = Checker()
     checker.obj(body, "", required=("query",), optional=("limit",))
     if "query" in body and checker.string(body["query"], "query", min_len=1,
-                                          max_len=knowledge.QUERY_MAX_CHARS) is not None \
+                                          max_len=limits.KNOWLEDGE_QUERY_MAX) is not None \
             and not body["query"].strip():
         checker.add("query", "must not be blank")
     if "limit" in body:
-        checker.integer(body["limit"], "limit", minimum=1, maximum=knowledge.SEARCH_MAX_RESULTS)
+        checker.integer(body["limit"], "limit", minimum=1, maximum=limits.KNOWLEDGE_SEARCH_MAX_RESULTS)
     if checker.problems:
         raise invalid_request(checker)
     _enabled(settings)
@@ -147,7 +146,7 @@ def knowledge_search(route_key: str):
 @bp.post("/workspaces/<route_key>/knowledge/read")
 @agent_session_required
 def knowledge_read(route_key: str):
-    body = _body(SMALL_BODY_MAX)
+    body = _body(limits.SMALL_BODY_MAX_BYTES)
     route, settings = _knowledge_route(route_key)
     checker = Checker()
     checker.obj(body, "", required=("chunk_id",), optional=("offset",))

@@ -9,13 +9,14 @@ import re
 
 from flask import Blueprint, g, jsonify
 
+from .. import surfaces
 from ..catalog.projection import project
-from ..errors import ApiError
+from ..errors import ApiError, invalid_field
 from ..identity.workspace import resolve_route
 from .auth import agent_session_required
 from .query import query_params
 
-bp = Blueprint("agent_tools", __name__, url_prefix="/agent-api/v1")
+bp = Blueprint("agent_tools", __name__, url_prefix=surfaces.AGENT_API.prefix)
 
 REVISION = re.compile(r"^[0-9a-f]{64}$")
 CATALOG_SCHEMA = "bailing.agent-tool-catalog.v1"
@@ -42,15 +43,14 @@ def list_tools():
 def tool_detail(name: str):
     params = query_params(required=("route", "capability_revision"))
     if not REVISION.fullmatch(params["capability_revision"]):
-        raise ApiError("invalid_request", "capability_revision must be a lowercase SHA-256 hex digest.",
-                       problems=[{"path": "capability_revision", "message": "must be 64 hex digits"}])
+        raise invalid_field("capability_revision", "must be 64 hex digits")
     route = resolve_route(g.db, g.agent_session, params["route"], "tools")
     projection = project(g.db, route, g.agent_session)
     visible = projection.tools.get(name)
     if visible is None:
-        raise ApiError("tool_not_found", "No such tool in this workspace.")
+        raise ApiError("tool_not_found")
     if params["capability_revision"] != projection.revision:
-        raise ApiError("capability_changed", "The capability revision is stale; rediscover tools.",
+        raise ApiError("capability_changed",
                        capability_revision=projection.revision)
     return jsonify({
         # Tool replies name their schema `schema_version`; `schema` is kept for earlier readers.

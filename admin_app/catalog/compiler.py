@@ -17,8 +17,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from .. import limits
 from ..canonical import sha256_json
-from .public_schema import MAX_BYTES as PUBLIC_SCHEMA_MAX_BYTES
 from .public_schema import byte_size, public_input_schema
 from .text_bounds import Bounded, bound_description, bound_guidance
 
@@ -164,8 +164,8 @@ def _input(op: dict, path_item: dict, doc: dict, where: str, problems: list, war
     body = op.get("requestBody")
     if body is not None:
         body = resolve(body, doc)
-        content = body.get("content") if isinstance(body, dict) else None
-        media = [m for m in (content or {}) if _is_json_media(m)]
+        content = (body.get("content") if isinstance(body, dict) else None) or {}
+        media = [m for m in content if _is_json_media(m)]
         if not media:
             problems.append((where, "the request body must have a JSON media type"))
         else:
@@ -312,8 +312,8 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
                 continue
             input_schema = strip_extensions(input_schema)
             public_schema = public_input_schema(input_schema)
-            if byte_size(public_schema) > PUBLIC_SCHEMA_MAX_BYTES:
-                op_problems.append((where, (f"the input schema exceeds {PUBLIC_SCHEMA_MAX_BYTES} bytes "
+            if byte_size(public_schema) > limits.TOOL_SCHEMA_MAX_BYTES:
+                op_problems.append((where, (f"the input schema exceeds {limits.TOOL_SCHEMA_MAX_BYTES} bytes "
                                             "as agents are shown it")))
             approval = acc.get("approval") or {}
             rules = tuple(approval.get("when") or ())

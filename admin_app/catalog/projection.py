@@ -15,11 +15,11 @@ from functools import cached_property
 
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import canonical_json, sha256_json
 from ..identity.models import AgentSession, Route
 from .compiler import Tool
 from .store import compiled_providers
-from .text_bounds import GUIDANCE_MAX_BYTES, GUIDANCE_MAX_CHARS
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class Visible:
     def usage_guidance(self) -> dict:
         g = self.tool.guidance
         return {"text": g.text, "truncated": g.truncated, "source_chars": g.source_chars,
-                "max_chars": GUIDANCE_MAX_CHARS, "source_bytes": g.source_bytes,
-                "max_bytes": GUIDANCE_MAX_BYTES}
+                "max_chars": limits.TOOL_GUIDANCE_MAX, "source_bytes": g.source_bytes,
+                "max_bytes": limits.TOOL_GUIDANCE_MAX_BYTES}
 
     @property
     def may_need_approval(self) -> bool:

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from .. import limits
+
 
 KEYWORDS = frozenset((
     "type", "properties", "required", "items", "description", "enum", "const", "oneOf", "anyOf",
     "allOf", "nullable", "format", "pattern", "minLength", "maxLength", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "additionalProperties",
 ))
-MAX_DEPTH = 16
-MAX_BYTES = 65536  # the official client refuses a larger input schema
 _SUBSCHEMA_LISTS = ("oneOf", "anyOf", "allOf")
 
 
 def _schema(node: Any, depth: int) -> Any:
     if isinstance(node, bool):
         return node
-    if not isinstance(node, dict) or depth > MAX_DEPTH:
+    if not isinstance(node, dict) or depth > limits.TOOL_SCHEMA_MAX_DEPTH:
         return {}
     out: dict[str, Any] = {}
     for key, value in node.items():

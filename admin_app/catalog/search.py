@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from typing import TYPE_CHECKING
 
-from .projection import Projection, Visible
+
+if TYPE_CHECKING:  # for annotations only: a projection builds its index from this module
+    from .projection import Projection, Visible
 
 TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
-SEARCH_LIMIT = 12
 # Where a query word is found weighs how much it says about the tool.
 WEIGHTS = (("name", 5), ("scope", 3), ("description", 2), ("guidance", 1))
 

@@ -35,7 +35,7 @@ def compiled_providers(db: Session, names: list[str]) -> dict[str, CompiledProvi
         key = (provider_id, updated_at, COMPILER_VERSION)
         compiled = _cache.get(key)
         if compiled is None:
-            row = db.get(ToolProvider, provider_id)
+            row = db.get_one(ToolProvider, provider_id)
             try:
                 compiled = compile_provider(row.name, row.openapi, row.base_url, row.timeout_ms)
             except CompileError as err:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from .. import limits
 
-DESCRIPTION_MAX_CHARS = 500
-GUIDANCE_MAX_CHARS = 32768
-GUIDANCE_MAX_BYTES = 65536
+
 
 # C0 controls but tab and newline, DEL, C1 controls, and lone surrogates (which cannot be encoded).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -41,8 +40,8 @@ def bound(text: str, max_chars: int, max_bytes: int | None = None) -> Bounded:
 
 
 def bound_description(text: str) -> Bounded:
-    return bound(clean(text), DESCRIPTION_MAX_CHARS)
+    return bound(clean(text), limits.TOOL_DESCRIPTION_MAX)
 
 
 def bound_guidance(text: str) -> Bounded:
-    return bound(clean(text), GUIDANCE_MAX_CHARS, GUIDANCE_MAX_BYTES)
+    return bound(clean(text), limits.TOOL_GUIDANCE_MAX, limits.TOOL_GUIDANCE_MAX_BYTES)

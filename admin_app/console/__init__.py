@@ -30,7 +30,7 @@ def display_time(value: str) -> str:
     return moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S ") + zone
 
 
-def filesize(value: int) -> str:
+def filesize(value: float) -> str:
     for unit in ("bytes", "KiB", "MiB"):
         if value < 1024 or unit == "MiB":
             return f"{value} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"

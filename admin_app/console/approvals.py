@@ -4,44 +4,51 @@ approver saw, so a stale page cannot approve a different snapshot."""
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import datetime
 
 from flask import Blueprint, Response, abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
-from sqlalchemy import func, select
 
 from ..errors import ApiError
 from ..identity.models import Admin
 from ..invocations import approvals as service
-from ..invocations.models import Approval
-from .security import database, is_htmx, permission_required, record_read
+from ..reads import approvals as reads
+from .paging import Keyset, more_url, rows_only
+from .security import database, permission_required, record_read
 
 bp = Blueprint("console_approvals", __name__, url_prefix="/console/approvals")
 
 PAGE = 50
 RAW_VIEW_MAX_BYTES = 2 * 1024 * 1024
+# The console's cursors for the two lists; a cursor from one is refused by the other.
+QUEUE = Keyset("approvals.queue", (datetime, uuid.UUID))
+HISTORY = Keyset("approvals.history", (datetime, uuid.UUID))
 
 
 @bp.get("/")
 @permission_required("approvals:read")
 def queue():
-    return _page("pending", ".queue")
+    """Pending approvals, oldest first; later pages come as htmx rows ("load more")."""
+    after = QUEUE.from_request()
+    with database().session() as db:
+        items, next_key = reads.queue_page(db, after, PAGE)
+    return _render(items, more_url(".queue", QUEUE, next_key, {}), history=False)
 
 
 @bp.get("/history")
 @permission_required("approvals:read")
 def history():
-    return _page("decided", ".history")
-
-
-def _page(status: str, endpoint: str):
-    """One page of the queue or the history; later pages come as htmx rows ("load more")."""
-    offset = request.args.get("offset", "0")
-    offset = int(offset) if offset.isascii() and offset.isdigit() and len(offset) < 10 else 0
+    """Decided approvals, latest decision first, paged as the queue is."""
+    after = HISTORY.from_request()
     with database().session() as db:
-        page = service.list_approvals(db, status, PAGE, offset)
-    more = url_for(endpoint, offset=page["next_offset"]) if page["has_more"] else None
-    template = "console/partials/approval_rows.html" if is_htmx() and offset else "console/approvals.html"
-    return render_template(template, items=page["items"], more=more, history=status == "decided")
+        items, next_key = reads.history_page(db, after, PAGE)
+    return _render(items, more_url(".history", HISTORY, next_key, {}), history=True)
+
+
+def _render(items: list[dict], more: str | None, history: bool) -> str:
+    template = "console/partials/approval_rows.html" if rows_only() else "console/approvals.html"
+    return render_template(template, items=items, more=more, history=history)
 
 
 @bp.get("/count")
@@ -49,7 +56,7 @@ def _page(status: str, endpoint: str):
 def count():
     """The pending count in the navigation, polled by htmx."""
     with database().session() as db:
-        pending = db.scalar(select(func.count()).select_from(Approval).where(Approval.status == "pending"))
+        pending = reads.pending_count(db)
     return render_template("console/partials/pending_count.html", pending=pending)
 
 

@@ -1,4 +1,4 @@
-"""Sign-in and sign-out. Failures slow further attempts (see sign_in_throttle) but never lock a
+"""Sign-in and sign-out. Failures slow further attempts (see identity.sign_in_throttle) but never lock a
 real user out; an unknown username costs the same time as a wrong password, so the form does not
 reveal who exists. Each sign-in starts a new server-side session; signing out ends it there."""
 from __future__ import annotations
@@ -9,13 +9,10 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, redirect, render_template, request, session, url_for
 from flask_login import current_user, login_user, logout_user
-from sqlalchemy import select
 
 from ..identity import console_sessions, tokens
-from ..identity.admins import (BUSY_RETRY_AFTER_SECONDS, HashingBusy, _hasher, hashing_slot,
-                               verify_password)
-from ..identity.models import Admin
-from . import sign_in_throttle as throttle
+from ..identity import sign_in_throttle as throttle
+from ..identity.admins import BUSY_RETRY_AFTER_SECONDS, HashingBusy, hashing_slot, verify_password
 from .security import ConsoleUser, database, timeouts
 
 bp = Blueprint("console_auth", __name__, url_prefix="/console")
@@ -23,7 +20,6 @@ bp = Blueprint("console_auth", __name__, url_prefix="/console")
 GENERIC = "Wrong username or password."
 WAIT = "Too many failed sign-ins from your address. Try again in {seconds} seconds."
 BUSY = "The hub is busy signing other people in. Try again in a moment."
-_DUMMY_HASH = _hasher.hash("not a real password, only spends the same time")
 
 SAFE_NEXT = re.compile(r"/console(/[A-Za-z0-9._~%/?=&+-]*)?")
 
@@ -49,30 +45,26 @@ def login():
         return render_template("console/login.html", error=None, next=request.args.get("next", ""))
     username = request.form.get("username", "")[:64]
     password = request.form.get("password", "")[:1024]
-    address = throttle.address_key(request.remote_addr)
 
     # Read what the attempt needs, then let the connection go: the delay and the hash take time.
     with database().session() as db:
-        admin = db.execute(select(Admin.id, Admin.password_hash)
-                           .where(Admin.username == username)).first()
-        account = throttle.account_key(admin.id if admin else None, username)
-        counts = throttle.counts(db, account, address)
-    wait = throttle.address_wait(counts)
+        attempt = throttle.attempt(db, username, request.remote_addr)
+    wait = throttle.address_wait(attempt.counts)
     if wait:
         return _page(WAIT.format(seconds=wait), 429, retry_after=wait)
-    time.sleep(throttle.account_delay(counts.account))
+    time.sleep(throttle.account_delay(attempt.counts.account))
     try:
         with hashing_slot():
-            right = verify_password(admin.password_hash if admin else _DUMMY_HASH, password)
+            right = verify_password(attempt.password_hash, password)
     except HashingBusy:
         return _page(BUSY, 429, retry_after=BUSY_RETRY_AFTER_SECONDS)
 
     with database().session() as db:
-        current = db.get(Admin, admin.id) if admin else None
-        if not (right and current is not None and not current.disabled):
-            throttle.failed(db, account, address)
+        current = throttle.admin_to_sign_in(db, attempt)
+        if not (right and current is not None):
+            throttle.failed(db, attempt.account, attempt.address)
             return _page(GENERIC, 401)
-        throttle.succeeded(db, account, address)
+        throttle.succeeded(db, attempt.account, attempt.address)
         session.clear()  # a fresh cookie session (and CSRF token) for the signed-in user
         session_id = console_sessions.start(db, current.id, timeouts())
         user = ConsoleUser(current, session_id, tokens.hash_token(session_id))

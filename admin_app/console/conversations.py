@@ -7,14 +7,13 @@ import re
 import uuid
 from datetime import datetime
 
-from flask import Blueprint, Response, abort, render_template, request, stream_with_context, url_for
-from sqlalchemy import text
+from flask import Blueprint, Response, abort, render_template, request, stream_with_context
 
-from ..canonical import iso
-from ..conversation_audit import reads
-from ..conversation_audit.archives import HEADER_COLUMNS, header_view
+from ..conversation_audit.archives import header_view
 from ..conversation_audit.availability import probe
-from .security import database, is_htmx, permission_required, record_read
+from ..reads import archives
+from .paging import Keyset, more_url, rows_only
+from .security import database, permission_required, record_read
 
 bp = Blueprint("console_conversations", __name__, url_prefix="/console/conversations")
 
@@ -23,11 +22,12 @@ EVENTS_PAGE = 200
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 STATES = ("enrolling", "ready")
 TURN_STATUSES = ("none", "running", "completed", "failed", "cancelled")
+ARCHIVES = Keyset("conversations", (datetime, uuid.UUID))  # the list's cursor: (updated_at, id)
 
 
 def _filters() -> dict[str, str]:
     """Filters from the URL; values that do not fit are dropped rather than trusted."""
-    raw = {k: request.args.get(k, "").strip() for k in reads.FILTERS}
+    raw = {k: request.args.get(k, "").strip() for k in archives.FILTERS}
     clean = {}
     if raw["state"] in STATES:
         clean["state"] = raw["state"]
@@ -48,13 +48,9 @@ def _filters() -> dict[str, str]:
     return clean
 
 
-def _cursor() -> tuple | None:
-    raw = request.args.get("cursor", "")
-    at, _, ident = raw.partition("|")
-    try:
-        return datetime.fromisoformat(at), uuid.UUID(ident)
-    except ValueError:
-        return None
+def _cursor() -> archives.SearchCursor | None:
+    """Where this page starts (None: the first page); a cursor of another list is a 400 page."""
+    return ARCHIVES.from_request()
 
 
 def _unavailable():
@@ -64,19 +60,15 @@ def _unavailable():
 @bp.get("/")
 @permission_required("runs:read")
 def index():
-    filters = _filters()
+    filters, after = _filters(), _cursor()
     with database().session() as db:
         if not probe(db).archives:
             return _unavailable()
-        rows, next_cursor = reads.search_archives(db, filters, _cursor(), PAGE)
-        apps = [r[0] for r in db.execute(text("SELECT app_id FROM bz_client_apps ORDER BY app_id"))]
-        routes = [r[0] for r in db.execute(text("SELECT route_key FROM bz_routes ORDER BY route_key"))]
-    more = None
-    if next_cursor is not None:
-        more = url_for(".index", **filters, cursor=f"{next_cursor[0].isoformat()}|{next_cursor[1]}")
+        rows, next_key = archives.search_archives(db, filters, after, PAGE)
+        apps, routes = archives.filter_choices(db)
+    more = more_url(".index", ARCHIVES, next_key, filters)
     items = [header_view(r) for r in rows]
-    template = "console/partials/conversation_rows.html" if is_htmx() and request.args.get("cursor") \
-        else "console/conversations.html"
+    template = "console/partials/conversation_rows.html" if rows_only() else "console/conversations.html"
     return render_template(template, items=items, more=more, filters=filters, apps=apps, routes=routes,
                            states=STATES, turn_statuses=TURN_STATUSES)
 
@@ -86,25 +78,10 @@ def _archive(db, archive_id: str):
         ident = uuid.UUID(archive_id)
     except ValueError:
         abort(404)
-    row = db.execute(text(f"SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives WHERE id = :id"),  # noqa: S608 - constant identifiers, bound values
-                     {"id": ident}).first()
+    row = archives.archive_header(db, ident)
     if row is None:
         abort(404)
     return row
-
-
-def _members(db, archive_id, available) -> list[dict]:
-    bindings = ", m.client_app_id, m.client_name, m.route_key" if available.cross_binding else ""
-    rows = db.execute(text(f"""
-        SELECT m.session_id, m.label, m.confirmed_at, m.principal, m.on_behalf_of{bindings}
-        FROM bz_agent_conversation_members m WHERE m.archive_id = :id ORDER BY m.position"""),  # noqa: S608 - constant identifiers, bound values
-        {"id": archive_id})
-    members = []
-    for row in rows:
-        view = reads.member_view(row, available)
-        view["confirmed_at"] = iso(row.confirmed_at)
-        members.append(view)
-    return members
 
 
 @bp.get("/<archive_id>")
@@ -117,11 +94,11 @@ def detail(archive_id: str):
         if not available.archives:
             return _unavailable()
         header = _archive(db, archive_id)
-        members = _members(db, header.id, available)
-        events, more = reads.event_page(db, header.id, start, EVENTS_PAGE, header.last_sequence)
+        members = archives.member_views(db, header.id, available, confirmed_at=True)
+        events, more = archives.event_page(db, header.id, start, EVENTS_PAGE, header.last_sequence)
         record_read(db, "transcript_view", str(header.id))
     return render_template("console/conversation.html", conversation=header_view(header), members=members,
-                           events=[reads.event_view(e) for e in events], more=more, start=start,
+                           events=[archives.event_view(e) for e in events], more=more, start=start,
                            next_after=events[-1].sequence if events else start)
 
 
@@ -136,10 +113,10 @@ def events_page(archive_id: str):
         if not probe(db).archives:
             return _unavailable()
         header = _archive(db, archive_id)
-        events, more = reads.event_page(db, header.id, int(after), EVENTS_PAGE, header.last_sequence)
+        events, more = archives.event_page(db, header.id, int(after), EVENTS_PAGE, header.last_sequence)
         record_read(db, "transcript_view", str(header.id))  # each page read is a read of the transcript
     return render_template("console/partials/events.html", conversation=header_view(header),
-                           events=[reads.event_view(e) for e in events], more=more,
+                           events=[archives.event_view(e) for e in events], more=more,
                            next_after=events[-1].sequence if events else int(after))
 
 
@@ -152,7 +129,7 @@ def export(archive_id: str):
         if not available.archives:
             return _unavailable()
         header = _archive(db, archive_id)
-        members = _members(db, header.id, available)
+        members = archives.member_views(db, header.id, available, confirmed_at=True)
         record_read(db, "transcript_export", str(header.id))
     conversation = header_view(header)
     hub_db = database()
@@ -164,9 +141,9 @@ def export(archive_id: str):
         after, first = 0, True
         while True:
             with hub_db.session() as db:
-                rows, more = reads.event_page(db, header.id, after, 1000, header.last_sequence)
+                rows, more = archives.event_page(db, header.id, after, 1000, header.last_sequence)
             for row in rows:
-                yield ("" if first else ",") + json.dumps(reads.event_view(row), ensure_ascii=False)
+                yield ("" if first else ",") + json.dumps(archives.event_view(row), ensure_ascii=False)
                 first = False
             if not more:
                 break

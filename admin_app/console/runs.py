@@ -1,23 +1,27 @@
-"""Runs (runs:read): look a run up by its ID, session, route, conversation or turn, and read its
-trace as a timeline. Also the access log (audit:read)."""
+"""Runs (runs:read): the most recent runs, or those a lookup by ID, session, route, conversation or
+turn names, and a run's trace as a timeline. Also the access log (audit:read)."""
 from __future__ import annotations
 
-import json
 import uuid
+from datetime import datetime
 
 from flask import Blueprint, abort, render_template, request
-from sqlalchemy import select, text
 
 from ..conversation_audit.availability import probe
 from ..errors import ApiError
-from ..identity import access_log as access_records
-from ..runtime.models import Run
-from ..runtime.traces import run_trace
+from ..reads import access_log as access_log_reads
+from ..reads import runs as run_reads
+from ..reads.traces import run_trace_with_context
+from .paging import Keyset, more_url, rows_only
 from .security import database, permission_required, record_read
 
 bp = Blueprint("console_runs", __name__, url_prefix="/console")
 
-LOOKUPS = ("run_id", "session", "route", "conversation", "turn")
+PAGE = 50
+ACCESS_LOG_PAGE = 100
+# The console's cursors for the two lists; a cursor from one is refused by the other.
+RUNS = Keyset("runs", (datetime, uuid.UUID))
+ACCESS_LOG = Keyset("access-log", (int,))
 
 
 def _uuid(value: str) -> uuid.UUID | None:
@@ -30,24 +34,14 @@ def _uuid(value: str) -> uuid.UUID | None:
 @bp.get("/runs/")
 @permission_required("runs:read")
 def index():
-    query = {k: request.args.get(k, "").strip()[:191] for k in LOOKUPS}
-    runs = []
-    searched = any(query.values())
-    if searched:
-        stmt = select(Run).order_by(Run.created_at.desc(), Run.id).limit(100)
-        for key, column in (("run_id", Run.id), ("session", Run.session_id)):
-            if query[key]:
-                ident = _uuid(query[key])
-                stmt = stmt.where(column == ident) if ident else stmt.where(text("false"))
-        if query["route"]:
-            stmt = stmt.where(Run.route_key == query["route"])
-        if query["conversation"]:
-            stmt = stmt.where(Run.client_conversation_id == query["conversation"])
-        if query["turn"]:
-            stmt = stmt.where(Run.client_turn_id == query["turn"])
-        with database().session() as db:
-            runs = list(db.scalars(stmt))
-    return render_template("console/runs.html", query=query, runs=runs, searched=searched)
+    """The most recent runs, or those a lookup names; later pages come as htmx rows."""
+    lookups = {k: request.args.get(k, "").strip()[:191] for k in run_reads.LOOKUPS}
+    after = RUNS.from_request()
+    with database().session() as db:
+        runs, next_key = run_reads.recent_runs(db, lookups, after, PAGE)
+    template = "console/partials/run_rows.html" if rows_only() else "console/runs.html"
+    return render_template(template, query=lookups, runs=runs, searched=any(lookups.values()),
+                           more=more_url(".index", RUNS, next_key, lookups))
 
 
 @bp.get("/runs/<run_id>")
@@ -58,11 +52,9 @@ def trace(run_id: str):
         abort(404)
     with database().session() as db:
         try:
-            data = run_trace(db, ident, probe(db))
+            data, context = run_trace_with_context(db, ident, probe(db))
         except ApiError:
             abort(404)
-        run = db.get(Run, ident)
-        context = json.dumps(run.context, indent=2, ensure_ascii=False)
         record_read(db, "run_trace_view", str(ident))
     return render_template("console/run.html", trace=data, context=context)
 
@@ -70,8 +62,9 @@ def trace(run_id: str):
 @bp.get("/access-log")
 @permission_required("audit:read")
 def access_log():
-    before = request.args.get("before", "")
-    before_id = int(before) if before.isascii() and before.isdigit() and len(before) < 19 else None
+    """Newest first; later pages come as htmx rows."""
+    after = ACCESS_LOG.from_request()
     with database().session() as db:
-        rows, more = access_records.page(db, before_id)
-    return render_template("console/access_log.html", rows=rows, more=more)
+        rows, next_key = access_log_reads.page(db, after, ACCESS_LOG_PAGE)
+    template = "console/partials/access_log_rows.html" if rows_only() else "console/access_log.html"
+    return render_template(template, rows=rows, more=more_url(".access_log", ACCESS_LOG, next_key, {}))

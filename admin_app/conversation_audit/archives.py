@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
@@ -25,8 +26,6 @@ from .values import ARCHIVE_REF, client_id, uuid_value
 
 SCHEMA = "bailing.agent-conversation-audit.v1"
 CREATE_V2 = "bailing.agent-conversation-audit-create.v2"
-MAX_MEMBERS = limits.AUDIT_MAX_MEMBERS
-LABEL_MAX = limits.AUDIT_LABEL_MAX_UNITS
 V1_FIELDS = ("client_archive_id", "client_conversation_id", "route", "member_session_ids", "member_labels")
 V2_FIELDS = ("schema", "client_archive_id", "client_conversation_id", "members")
 
@@ -36,18 +35,18 @@ HEADER_COLUMNS = """id, client_archive_id, client_conversation_id, client_app_id
 
 
 def not_found() -> ApiError:
-    return ApiError("conversation_audit_not_found", "No such conversation audit.")
+    return ApiError("conversation_audit_not_found")
 
 
 def conflict(message: str) -> ApiError:
     return ApiError("conversation_audit_conflict", message)
 
 
-def limit_error(message: str, **extra) -> ApiError:
+def limit_error(message: str, **extra: Any) -> ApiError:
     return ApiError("conversation_audit_limit", message, **extra)
 
 
-def header_view(row: Any) -> dict:
+def header_view(row: Any) -> dict[str, Any]:
     return {
         "conversation_id": str(row.id),
         "client_archive_id": str(row.client_archive_id),
@@ -66,7 +65,7 @@ def header_view(row: Any) -> dict:
     }
 
 
-def reply(row: Any) -> dict:
+def reply(row: Any) -> dict[str, Any]:
     """The header flat beside `schema`, as the client SDK reads it; the same header under
     `conversation` too, for the clients that read it there."""
     header = header_view(row)
@@ -74,19 +73,20 @@ def reply(row: Any) -> dict:
 
 
 def _label(checker: Checker, value: Any, path: str) -> str | None:
-    return client_text(checker, value, path, LABEL_MAX)
+    return client_text(checker, value, path, limits.AUDIT_LABEL_MAX_UNITS)
 
 
 def _route(checker: Checker, value: Any, path: str) -> str | None:
-    if checker.string(value, path, pattern=RESOURCE_KEY) is None:
+    route = checker.string(value, path, pattern=RESOURCE_KEY)
+    if route is None:
         return None
-    if value in RESERVED_ROUTES:
-        checker.add(path, f"'{value}' is reserved and cannot be a route")
+    if route in RESERVED_ROUTES:
+        checker.add(path, f"'{route}' is reserved and cannot be a route")
         return None
-    return value
+    return route
 
 
-def _common(checker: Checker, body: dict) -> dict:
+def _common(checker: Checker, body: dict[str, Any]) -> dict[str, Any]:
     found = {}
     if "client_archive_id" in body:
         found["client_archive_id"] = uuid_value(checker, body["client_archive_id"], "client_archive_id")
@@ -97,8 +97,8 @@ def _common(checker: Checker, body: dict) -> dict:
 
 
 def _member_list(checker: Checker, value: Any, path: str) -> bool:
-    if not isinstance(value, list) or not 1 <= len(value) <= MAX_MEMBERS:
-        checker.add(path, f"must be a list of 1 to {MAX_MEMBERS} members")
+    if not isinstance(value, list) or not 1 <= len(value) <= limits.AUDIT_MAX_MEMBERS:
+        checker.add(path, f"must be a list of 1 to {limits.AUDIT_MAX_MEMBERS} members")
         return False
     return True
 
@@ -106,10 +106,10 @@ def _member_list(checker: Checker, value: Any, path: str) -> bool:
 # A parse returns the members in the order sent (their positions), their labels, the writer's
 # route and the normalised input: UUIDs lower-cased, members sorted. The normalised input is what
 # is frozen, so a reordered or upper-cased retry is the same archive.
-Parsed = tuple[list[Binding], dict[str, str], str, dict]
+Parsed = tuple[list[Binding], dict[str, str], str, dict[str, Any]]
 
 
-def parse_v1(body: dict, creator: AgentSession) -> Parsed:
+def parse_v1(body: dict[str, Any], creator: AgentSession) -> Parsed:
     checker = Checker()
     checker.obj(body, "", required=V1_FIELDS[:4], optional=V1_FIELDS[4:])
     common = _common(checker, body)
@@ -138,21 +138,22 @@ def parse_v1(body: dict, creator: AgentSession) -> Parsed:
         raise invalid_request(checker)
     if str(creator.id) not in members:
         raise not_found()  # the creating session must be a member
+    assert route is not None  # required, so its absence was a problem above
     normalised = {**common, "route": route, "member_session_ids": sorted(members),
                   "member_labels": dict(sorted(labels.items()))}
     return [Binding(sid, creator.client_app_id, route) for sid in members], labels, route, normalised
 
 
-def parse_v2(body: dict, creator: AgentSession) -> Parsed:
+def parse_v2(body: dict[str, Any], creator: AgentSession) -> Parsed:
     checker = Checker()
     mixed = [k for k in ("route", "member_session_ids", "member_labels") if k in body]
     for key in mixed:
         checker.add(key, "is a v1 field; v2 creation takes members only")
     checker.obj({k: v for k, v in body.items() if k not in mixed}, "", required=V2_FIELDS)
     common = _common(checker, body)
-    members: list[dict] = []
+    members: list[dict[str, Any]] = []
     if "members" in body and _member_list(checker, body["members"], "members"):
-        seen: set[str] = set()
+        seen: set[str | None] = set()
         for i, raw in enumerate(body["members"]):
             path = join("members", i)
             if checker.obj(raw, path, required=("session_id", "client_app_id", "route"),
@@ -187,7 +188,7 @@ def parse_v2(body: dict, creator: AgentSession) -> Parsed:
     return bindings, labels, writer["route"], normalised
 
 
-def create(db: Session, creator: AgentSession, body: dict, available: Availability) -> dict:
+def create(db: Session, creator: AgentSession, body: dict[str, Any], available: Availability) -> dict[str, Any]:
     """v2 when the body names a schema (which must be the v2 schema); otherwise v1. A first
     creation and an identical retry answer alike."""
     version = 2 if "schema" in body else 1
@@ -195,8 +196,7 @@ def create(db: Session, creator: AgentSession, body: dict, available: Availabili
         if body["schema"] != CREATE_V2:
             raise invalid_request(Checker.single("schema", f"must be '{CREATE_V2}' (or absent for v1)"))
         if not available.cross_binding:
-            raise ApiError("conversation_audit_cross_binding_unavailable",
-                           "Cross-system member bindings are not available on this hub.")
+            raise ApiError("conversation_audit_cross_binding_unavailable")
         bindings, labels, route_key, normalised = parse_v2(body, creator)
     else:
         bindings, labels, route_key, normalised = parse_v1(body, creator)
@@ -266,7 +266,7 @@ _HEADER_SQL = (f"SELECT {HEADER_COLUMNS}, creator_session_id, running_turn_id, t
                "FROM bz_agent_conversation_archives WHERE id = %(id)s")
 
 
-def load_header(db: Session, archive_id: Any, *, lock: bool = False):
+def load_header(db: Session, archive_id: Any, *, lock: bool = False) -> Any:
     rows = pipelined(db, (_HEADER_SQL + (" FOR UPDATE" if lock else ""), {"id": archive_id}))[0]
     return rows[0] if rows else None
 
@@ -283,7 +283,7 @@ def parse_archive_id(value: str) -> uuid.UUID:
 
 
 def unknown_endpoint() -> ApiError:
-    return ApiError("not_found", "Not found.")
+    return ApiError("not_found")
 
 
 def _members_sql(available: Availability) -> str:
@@ -292,46 +292,78 @@ def _members_sql(available: Availability) -> str:
         FROM bz_agent_conversation_members WHERE archive_id = %(id)s ORDER BY position"""  # noqa: S608 - constant identifiers, bound values
 
 
-def group_bindings(header: Any, members: list) -> list[Binding]:
+def group_bindings(header: Any, members: list[Any]) -> list[Binding]:
     return [Binding(str(m.session_id), m.client_app_id or header.client_app_id,
                     m.route_key or header.route_key, m.identity_hash) for m in members]
 
 
+@dataclass(frozen=True)
+class CheckedArchive:
+    """A locked archive whose every member passed revalidation under its share locks. Only
+    `LockedArchive.check_bindings` makes one, and every write of an archive takes one: a write
+    that skipped the check does not type-check."""
+
+    header: Any
+    members: list[Any]
+    looked_up: list[Any]  # the rows of the lookup sent with the locks (none without one)
+
+
+@dataclass(frozen=True)
+class LockedArchive:
+    """An archive locked for a member (FOR UPDATE, until commit) with its members, and the rows
+    of its members' sessions, client apps and routes read under share locks. The header and
+    members may be read for the checks that answer first (who may write, the archive's state);
+    a write needs `check_bindings()`."""
+
+    header: Any
+    members: list[Any]
+    share_locked: list[list[Any]]  # sessions, client apps, routes (members.locks_for_archive)
+    looked_up: list[Any]
+
+    def check_bindings(self) -> CheckedArchive:
+        """Revalidate every member against the rows read under the locks, or raise 403."""
+        check_locked(group_bindings(self.header, self.members), self.share_locked)
+        return CheckedArchive(self.header, self.members, self.looked_up)
+
+
 def locked_archive_for_member(db: Session, session: AgentSession, archive_id: uuid.UUID,
-                              available: Availability, *also: tuple[str, dict]):
-    """(header, members, locked, *more): the archive (locked) and its members, when this session
-    is one of them, else 404. In the same round trip every member's session, client app and route
-    is share-locked; `locked` holds those rows for `check_locked`, which the caller runs once it
-    has made the checks that come first. `also`: more statements sent after the locks; their rows
-    are `more`."""
+                              available: Availability, *,
+                              lookup: tuple[str, dict[str, Any]] | None = None) -> LockedArchive:
+    """The archive (locked) and its members, when this session is one of them, else 404; in the
+    same round trip every member's session, client app and route is share-locked and read, and
+    then `lookup` (a statement of the caller's, sent last) is run: its rows are `looked_up`."""
+    locks = locks_for_archive(archive_id, available.cross_binding)
     headers, members, *found = pipelined(
         db, (_HEADER_SQL + " FOR UPDATE", {"id": archive_id}),
-        (_members_sql(available), {"id": archive_id}),
-        *locks_for_archive(archive_id, available.cross_binding), *also)
-    locked, more = found[:3], found[3:]
+        (_members_sql(available), {"id": archive_id}), *locks, *([lookup] if lookup else []))
+    share_locked, looked_up = found[:len(locks)], found[len(locks):]
     if not headers or str(session.id) not in {str(m.session_id) for m in members}:
         raise not_found()
-    return (headers[0], members, locked, *more)
+    return LockedArchive(headers[0], members, share_locked, looked_up[0] if looked_up else [])
 
 
-def confirm(db: Session, session: AgentSession, archive_ref: str, available: Availability) -> dict:
-    header, members, locked = locked_archive_for_member(db, session, parse_archive_id(archive_ref),
-                                                        available)
-    check_locked(group_bindings(header, members), locked)
-    mine = next(m for m in members if str(m.session_id) == str(session.id))
-    if mine.confirmed_at is None:
-        db.execute(text("""
-            UPDATE bz_agent_conversation_members
-               SET confirmed_at = now(), principal = CAST(:principal AS jsonb), on_behalf_of = :obo,
-                   identity_hash = :identity
-             WHERE archive_id = :archive AND session_id = :session"""),
-            {"principal": _json(session.principal), "obo": session.on_behalf_of,
-             "identity": live_identity(session), "archive": header.id, "session": session.id})
-        db.execute(text("""
-            UPDATE bz_agent_conversation_archives
-               SET confirmed_count = confirmed_count + 1,
-                   state = CASE WHEN confirmed_count + 1 = member_count THEN 'ready' ELSE state END,
-                   updated_at = now()
-             WHERE id = :id"""), {"id": header.id})
-        header = load_header(db, header.id)
-    return reply(header)
+def confirm(db: Session, session: AgentSession, archive_ref: str, available: Availability) -> dict[str, Any]:
+    archive = locked_archive_for_member(db, session, parse_archive_id(archive_ref), available)
+    return reply(_confirm_member(db, archive.check_bindings(), session))
+
+
+def _confirm_member(db: Session, archive: CheckedArchive, session: AgentSession) -> Any:
+    """The header after `session` confirmed (once; a repeat changes nothing)."""
+    header = archive.header
+    mine = next(m for m in archive.members if str(m.session_id) == str(session.id))
+    if mine.confirmed_at is not None:
+        return header
+    db.execute(text("""
+        UPDATE bz_agent_conversation_members
+           SET confirmed_at = now(), principal = CAST(:principal AS jsonb), on_behalf_of = :obo,
+               identity_hash = :identity
+         WHERE archive_id = :archive AND session_id = :session"""),
+        {"principal": _json(session.principal), "obo": session.on_behalf_of,
+         "identity": live_identity(session), "archive": header.id, "session": session.id})
+    db.execute(text("""
+        UPDATE bz_agent_conversation_archives
+           SET confirmed_count = confirmed_count + 1,
+               state = CASE WHEN confirmed_count + 1 = member_count THEN 'ready' ELSE state END,
+               updated_at = now()
+         WHERE id = :id"""), {"id": header.id})
+    return load_header(db, header.id)

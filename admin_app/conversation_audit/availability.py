@@ -36,7 +36,8 @@ def probe(db: Session) -> Availability:
     # is kept for the connection's life. Anything less is asked again, so an upgrade applied while
     # the hub runs is seen at once.
     info = db.connection().info
-    if info.get("conversation_audit") is _FULL:
+    known: object = info.get("conversation_audit")
+    if known is _FULL:
         return _FULL
     row = db.execute(_PROBE).one()
     found = Availability(archives=bool(row.archives), cross_binding=bool(row.archives and row.bindings))
@@ -48,6 +49,5 @@ def probe(db: Session) -> Availability:
 def require_archives(db: Session) -> Availability:
     found = probe(db)
     if not found.archives:
-        raise ApiError("conversation_audit_unavailable",
-                       "Conversation audit is not available on this hub.")
+        raise ApiError("conversation_audit_unavailable")
     return found

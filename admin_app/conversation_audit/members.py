@@ -29,8 +29,8 @@ class Binding:
     frozen_identity: str | None = None  # the identity hash frozen at confirmation
 
 
-def authorization_invalid(message: str = "A member's authorization or route is no longer valid.") -> ApiError:
-    return ApiError("conversation_audit_authorization_invalid", message)
+def authorization_invalid() -> ApiError:
+    return ApiError("conversation_audit_authorization_invalid")
 
 
 # Share locks in a fixed order (sessions, client apps, routes; each by key), sent together.
@@ -46,7 +46,7 @@ _LOCKS = (
 )
 
 
-def locks_for_bindings(bindings: list[Binding]) -> list[tuple[str, dict]]:
+def locks_for_bindings(bindings: list[Binding]) -> list[tuple[str, dict[str, Any]]]:
     """The share-lock statements for these bindings (an archive being created)."""
     keys = ((sorted({b.session_id for b in bindings}), "uuid"),
             (sorted({b.client_app_id for b in bindings}), "text"),
@@ -55,7 +55,7 @@ def locks_for_bindings(bindings: list[Binding]) -> list[tuple[str, dict]]:
             for sql, (k, kind) in zip(_LOCKS, keys)]
 
 
-def locks_for_archive(archive_id: Any, cross_binding: bool) -> list[tuple[str, dict]]:
+def locks_for_archive(archive_id: Any, cross_binding: bool) -> list[tuple[str, dict[str, Any]]]:
     """The same statements for the members of a stored archive, whose keys come from the
     database: sent in the round trip that locks the archive row, after that lock."""
     members = "bz_agent_conversation_members m JOIN bz_agent_conversation_archives a ON a.id = m.archive_id"
@@ -66,7 +66,7 @@ def locks_for_archive(archive_id: Any, cross_binding: bool) -> list[tuple[str, d
     return [(sql.format(keys=k), {"id": archive_id}) for sql, k in zip(_LOCKS, keys)]
 
 
-def check_locked(bindings: list[Binding], found: list[list]) -> dict[str, Any]:
+def check_locked(bindings: list[Binding], found: list[list[Any]]) -> dict[str, Any]:
     """Revalidate every binding against the rows its share locks returned (in `_LOCKS` order);
     return the live sessions (rows) by id, or raise 403. The rows were read under the locks, so a
     revocation committed just before is seen."""

@@ -12,6 +12,7 @@ import errno
 import os
 import shlex
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,7 +150,7 @@ def seed(hub_url: str, state: DemoState, business_url: str, admin_token: str, sh
     progress.begin_seeding(total)
     with contextlib.ExitStack() as stack:
         # On stderr with the other progress notes: stdout holds only the guide (or the JSON summary).
-        out = click.get_text_stream("stderr") if show_progress else stack.enter_context(open(os.devnull, "w"))
+        out = sys.stderr if show_progress else stack.enter_context(open(os.devnull, "w"))
         bar = stack.enter_context(click.progressbar(length=total, label="Seeding the demo through the hub's APIs",
                                                     file=out))
 

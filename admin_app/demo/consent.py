@@ -7,12 +7,23 @@ the redirect the hub generated."""
 from __future__ import annotations
 
 import secrets
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 import requests
 from flask import Blueprint, abort, redirect, render_template_string, request, session, url_for
 
-DEMO_USERS = {
+
+
+class DemoUser(TypedDict):
+    password: str
+    name: str
+    tenant: str
+    roles: list[str]
+    audience: str
+
+
+DEMO_USERS: dict[str, DemoUser] = {
     "alice": {"password": "alice-demo-password", "name": "Alice Martin", "tenant": "tenant-7",
               "roles": ["manager"], "audience": "internal"},
     "bob": {"password": "bob-demo-password", "name": "Bob Chen", "tenant": "tenant-9",

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 import requests
 
+from .. import limits
 from ..agent_sdk import AgentAuthError, AgentClient, AgentSdkError, ContractError, HubError, SessionStore, login
 from .approver import ConsentError, ConsentPage
 from .consent import DEMO_USERS
 from .state import DemoState
 
-LONG_ARCHIVE_EVENTS = 20000
+LONG_ARCHIVE_EVENTS = limits.AUDIT_ARCHIVE_MAX_EVENTS  # an archive as long as the spec allows
 NAMESPACE = uuid.UUID("6b7a1f0e-2d55-4d53-9a4e-8f1c3c1d9e21")
 
 # (session name, client app, route, demo user at the consent page): who the demo's agents act for.

@@ -6,7 +6,7 @@ import copy
 import threading
 from typing import Any
 
-CUSTOMERS = [
+CUSTOMERS: list[dict[str, Any]] = [
     {"id": "C-100234", "name": "ACME Industrial GmbH", "email": "billing@acme.example", "phone": "+49 30 1234567",
      "status": "active", "segment": "mid_market", "country": "DE", "vat_id": "DE123456789",
      "credit_limit": 5000, "currency": "EUR"},
@@ -17,7 +17,7 @@ CUSTOMERS = [
      "status": "prospect", "segment": "enterprise", "country": "US", "vat_id": None,
      "credit_limit": 0, "currency": "USD"},
 ]
-INVENTORY = [
+INVENTORY: list[dict[str, Any]] = [
     {"sku": "ABC-1001", "warehouse_id": "WH-BER", "on_hand": 420, "reserved": 20, "reorder_point": 100},
     {"sku": "ABC-1002", "warehouse_id": "WH-BER", "on_hand": 35, "reserved": 0, "reorder_point": 50},
     {"sku": "XYZ-2001", "warehouse_id": "WH-LON", "on_hand": 1200, "reserved": 150, "reorder_point": 300},

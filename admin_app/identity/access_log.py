@@ -3,7 +3,7 @@ when, and through which door (a console session, or a personal API token named b
 
 It lives beside the admins and their tokens, which it names. A read is recorded in the
 transaction of the read itself, so an answered read is a recorded one and a refused read (whose
-transaction rolls back) leaves nothing."""
+transaction rolls back) leaves nothing. The log is read by reads.access_log."""
 from __future__ import annotations
 
 from sqlalchemy import text
@@ -13,7 +13,6 @@ from . import tokens
 
 ACTIONS = frozenset({"transcript_view", "transcript_export", "snapshot_view", "snapshot_download",
                      "run_trace_view", "job_trace_view"})
-PAGE = 100
 
 
 def _insert(db: Session, admin_id: int, username: str, action: str, target: str, channel: str,
@@ -35,12 +34,3 @@ def record_api_read(db: Session, admin_id: int, username: str, bearer: str, acti
     """`bearer` is the admin token the request was authenticated with (in this transaction)."""
     _insert(db, admin_id, username, action, target, "api", tokens.hash_token(bearer))
 
-
-def page(db: Session, before_id: int | None) -> tuple[list, int | None]:
-    """Newest first, PAGE rows older than `before_id`; and the id to continue before, if any."""
-    rows = list(db.execute(text("""
-        SELECT id, username, action, target, channel, admin_token_id, at FROM bz_access_log
-        WHERE (CAST(:before AS bigint) IS NULL OR id < :before)
-        ORDER BY id DESC LIMIT :limit"""), {"before": before_id, "limit": PAGE + 1}))
-    more = rows[PAGE - 1].id if len(rows) > PAGE else None
-    return rows[:PAGE], more

@@ -16,6 +16,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import iso, utc_now
 from ..errors import ApiError
 from . import console_sessions, tokens
@@ -23,10 +24,6 @@ from .models import Admin
 from .roles import ROLES, permissions_of
 
 USERNAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,63}$")
-MIN_PASSWORD_CHARS = 12
-MAX_PASSWORD_CHARS = 1024
-TOKEN_DAYS = 90
-MAX_TOKEN_DAYS = 3650
 
 # Each argon2 hash or verification takes 64 MiB; this many at once per process, the rest wait
 # briefly and are then refused (the console answers 429 with Retry-After).
@@ -72,9 +69,9 @@ def operator() -> Actor:
 # ---------------------------------------------------------------- passwords
 
 def check_password(password: str) -> None:
-    if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
+    if not limits.PASSWORD_LENGTH[0] <= len(password) <= limits.PASSWORD_LENGTH[1]:
         raise ApiError("invalid_request",
-                       f"password must be {MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters")
+                       f"password must be {limits.PASSWORD_LENGTH[0]} to {limits.PASSWORD_LENGTH[1]} characters")
 
 
 def hash_password(password: str) -> str:
@@ -96,7 +93,7 @@ def verify_password(admin: Admin | str, password: str) -> bool:
 def _find(db: Session, username: str) -> Admin:
     admin = db.scalar(select(Admin).where(Admin.username == username).with_for_update())
     if admin is None:
-        raise ApiError("admin_not_found", "No admin by that name.")
+        raise ApiError("admin_not_found")
     return admin
 
 
@@ -187,11 +184,11 @@ def change_own_password(db: Session, admin_id: int, current: str, new: str, keep
     """The signed-in admin's own change: the current password must be right; every other session
     of theirs ends. Returns how many ended."""
     check_password(new)
-    admin = db.get(Admin, admin_id, with_for_update=True)
+    admin = db.get_one(Admin, admin_id, with_for_update=True)
     with hashing_slot():
         right = verify_password(admin, current)
     if not right:
-        raise ApiError("wrong_password", "The current password is not right.")
+        raise ApiError("wrong_password")
     admin.password_hash = hash_password(new)
     _touch(db, admin)
     ended = console_sessions.end_all_of(db, admin.id, "password_changed", keep_hash=keep_hash)
@@ -215,9 +212,10 @@ def recent_events(db: Session, limit: int = 100) -> list[dict]:
 
 # ---------------------------------------------------------------- API tokens
 
-def issue_admin_token(db: Session, username: str, days: int = TOKEN_DAYS, actor: Actor | None = None) -> dict:
-    if not 1 <= days <= MAX_TOKEN_DAYS:
-        raise ApiError("invalid_request", f"days must be 1 to {MAX_TOKEN_DAYS}")
+def issue_admin_token(db: Session, username: str, days: int = limits.TOKEN_DAYS_DEFAULT,
+                      actor: Actor | None = None) -> dict:
+    if not 1 <= days <= limits.TOKEN_DAYS_MAX:
+        raise ApiError("invalid_request", f"days must be 1 to {limits.TOKEN_DAYS_MAX}")
     admin = db.scalar(select(Admin).where(Admin.username == username))
     if admin is None:
         raise ApiError("admin_not_found", f"No admin named {username}.")
@@ -255,7 +253,7 @@ def revoke_tokens(db: Session, actor: Actor, username: str, token_id: int | None
     if token_id is not None:
         if db.scalar(text("SELECT 1 FROM bz_admin_tokens WHERE admin_id = :a AND id = :t"),
                      {"a": admin.id, "t": token_id}) is None:
-            raise ApiError("token_not_found", "That admin holds no token with this id.")
+            raise ApiError("token_not_found")
         query += " AND id = :t"
         params["t"] = token_id
     revoked = [r.id for r in db.execute(text(query + " RETURNING id"), params)]

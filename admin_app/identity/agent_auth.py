@@ -11,29 +11,26 @@ import math
 import re
 import uuid
 from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import iso, utc_now
 from ..errors import ApiError, invalid_request
 from ..validation import Checker, join
 from . import tokens
 from .authorize_page import page_url_valid, sessions_usable
 from .models import AgentAuthorization, AgentSession, ClientApp, RefreshHistory
-from .sessions import (MAX_DEVICE_LABEL_CHARS, UNLABELLED_DEVICE, access_expiry, check_principal, issue_session,
+from .sessions import (UNLABELLED_DEVICE, access_expiry, check_principal, issue_session,
                        revoke_row)
 
 AUTHORIZATION_TTL = 600
 CODE_TTL = 120
 CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
-MAX_ROUTES = 64
-MAX_CALLBACK_CHARS = 2048
-MAX_ON_BEHALF_OF_CHARS = 191
-MAX_SUBJECT_DISPLAY_NAME = 120
-STATE_CHARS = (8, 512)
 GRANT_FIELDS = {
     "authorization_code": ("grant_type", "client_app_id", "code", "redirect_uri", "code_verifier"),
     "refresh_token": ("grant_type", "client_app_id", "refresh_token"),
@@ -42,8 +39,7 @@ GRANT_FIELDS = {
 EXCHANGED, EXCHANGED_ON_THE_WIRE = "completed", "consumed"
 
 
-def invalid_grant(message: str = "The code or refresh token is invalid, expired, replayed or mismatched.",
-                  *, keep_changes: bool = False) -> ApiError:
+def invalid_grant(message: str | None = None, *, keep_changes: bool = False) -> ApiError:
     err = ApiError("invalid_grant", message)
     err.commit_anyway = keep_changes  # a fail-closed revocation must survive the refusal
     return err
@@ -67,7 +63,7 @@ def loopback_callback(value: str) -> bool:
 
 
 def _callback(checker: Checker, value, path: str) -> None:
-    if checker.string(value, path, min_len=1, max_len=MAX_CALLBACK_CHARS, single_line=True) is None:
+    if checker.string(value, path, min_len=1, max_len=limits.CALLBACK_MAX, single_line=True) is None:
         return
     if not loopback_callback(value):
         checker.add(path, "must be an explicit-port loopback http URL (127.0.0.1 or [::1]) "
@@ -75,7 +71,7 @@ def _callback(checker: Checker, value, path: str) -> None:
 
 
 def _routes(checker: Checker, value, path: str) -> None:
-    if checker.string_list(value, path, max_items=MAX_ROUTES) is None:
+    if checker.string_list(value, path, max_items=limits.AUTH_MAX_ROUTES) is None:
         return
     if not value:
         checker.add(path, "must name at least one route")
@@ -95,7 +91,7 @@ def _non_blank(checker: Checker, value, path: str, max_len: int) -> None:
 def _client(db: Session, app_id: str) -> ClientApp:
     client = db.scalar(select(ClientApp).where(ClientApp.app_id == app_id))
     if client is None or not client.enabled or not client.agent_authorize_url:
-        raise ApiError("invalid_client", "The client is unknown, disabled or has no authorization page.")
+        raise ApiError("invalid_client")
     return client
 
 
@@ -108,11 +104,12 @@ def check_create(body: dict) -> None:
     if "redirect_uri" in body:
         _callback(checker, body["redirect_uri"], "redirect_uri")
     if "state" in body:
-        checker.string(body["state"], "state", min_len=STATE_CHARS[0], max_len=STATE_CHARS[1], single_line=True)
+        shortest, longest = limits.STATE_LENGTH
+        checker.string(body["state"], "state", min_len=shortest, max_len=longest, single_line=True)
     if "requested_routes" in body:
         _routes(checker, body["requested_routes"], "requested_routes")
     if "device_label" in body:
-        _non_blank(checker, body["device_label"], "device_label", MAX_DEVICE_LABEL_CHARS)
+        _non_blank(checker, body["device_label"], "device_label", limits.DEVICE_LABEL_MAX)
     if "code_challenge" in body:
         checker.string(body["code_challenge"], "code_challenge", pattern=CHALLENGE,
                        pattern_text="a base64url SHA-256 (43 characters)")
@@ -129,8 +126,7 @@ def create_authorization(db: Session, body: dict) -> dict:
     if outside:
         raise ApiError("invalid_client", "Routes this client may not grant: " + ", ".join(outside))
     if not page_url_valid(client.agent_authorize_url):
-        raise ApiError("agent_authorize_url_invalid",
-                       "The client's authorization page is not a valid HTTPS or loopback URL.")
+        raise ApiError("agent_authorize_url_invalid")
     row = AgentAuthorization(
         id=uuid.uuid4(), client_app_id=client.app_id, redirect_uri=body["redirect_uri"],
         state=body["state"], requested_routes=list(body["requested_routes"]),
@@ -180,7 +176,7 @@ def context(db: Session, client: ClientApp, authorization_id: str) -> dict:
     row = _authorization(db, client, authorization_id)
     now = utc_now()
     device = row.device_label or UNLABELLED_DEVICE
-    view = {"authorization_id": str(row.id), "client": {"app_id": client.app_id, "name": client.name},
+    view: dict[str, Any] = {"authorization_id": str(row.id), "client": {"app_id": client.app_id, "name": client.name},
             "device": {"name": device}, "requested_routes": list(row.requested_routes),
             "status": _status(row), "expires_at": iso(row.expires_at),
             "client_app_id": client.app_id, "client_name": client.name, "device_label": device,
@@ -198,7 +194,7 @@ def _pending(row: AgentAuthorization) -> None:
     """Repeated, expired and completed requests are terminal."""
     status = _status(row)
     if status == "expired":
-        raise ApiError("expired", "This authorization request has expired.")
+        raise ApiError("expired")
     if status != "pending":
         raise ApiError("invalid_state", f"This authorization was already {status}.")
 
@@ -214,7 +210,7 @@ def _subject_display(checker: Checker, value, path: str) -> None:
     if value is None:
         return
     if checker.obj(value, path, required=("name",)) is not None and "name" in value:
-        _non_blank(checker, value["name"], join(path, "name"), MAX_SUBJECT_DISPLAY_NAME)
+        _non_blank(checker, value["name"], join(path, "name"), limits.SUBJECT_DISPLAY_NAME_MAX)
 
 
 def check_approve(body: dict) -> None:
@@ -224,7 +220,7 @@ def check_approve(body: dict) -> None:
     if "principal" in body:
         check_principal(checker, body["principal"], "principal")
     if "on_behalf_of" in body:
-        _non_blank(checker, body["on_behalf_of"], "on_behalf_of", MAX_ON_BEHALF_OF_CHARS)
+        _non_blank(checker, body["on_behalf_of"], "on_behalf_of", limits.ON_BEHALF_OF_MAX)
     if "allowed_routes" in body:
         _routes(checker, body["allowed_routes"], "allowed_routes")
     if "subject_display" in body:
@@ -288,12 +284,12 @@ def check_exchange(body: dict) -> str:
     if not isinstance(grant, str):
         raise invalid_request(Checker.single("grant_type", "must be a string"))
     if grant not in GRANT_FIELDS:
-        raise ApiError("unsupported_grant_type", "grant_type must be authorization_code or refresh_token.")
+        raise ApiError("unsupported_grant_type")
     checker = Checker()
     checker.obj(body, "", required=GRANT_FIELDS[grant])
     for key in GRANT_FIELDS[grant][2:]:
         if key in body:
-            checker.string(body[key], key, min_len=1, max_len=8192)
+            checker.string(body[key], key, min_len=1, max_len=limits.GRANT_FIELD_MAX)
     if "client_app_id" in body:
         checker.resource_key(body["client_app_id"], "client_app_id")
     if checker.problems:
@@ -324,7 +320,8 @@ def _exchange_code(db: Session, client: ClientApp, body: dict, access_ttl: int, 
         if row.session_id is not None:
             revoke_session_by_id(db, row.session_id)
         raise invalid_grant(keep_changes=True)
-    if row.status != "approved" or row.code_expires_at is None or row.code_expires_at <= utc_now() \
+    if row.status != "approved" or row.approved_routes is None \
+            or row.code_expires_at is None or row.code_expires_at <= utc_now() \
             or row.redirect_uri != body["redirect_uri"] \
             or not _pkce_matches(body["code_verifier"], row.code_challenge) \
             or any(r not in client.allowed_routes for r in row.approved_routes):
@@ -334,7 +331,7 @@ def _exchange_code(db: Session, client: ClientApp, body: dict, access_ttl: int, 
                            principal=row.principal, on_behalf_of=row.on_behalf_of,
                            access_ttl=access_ttl, refresh_ttl=refresh_ttl, device_label=row.device_label)
     row.status, row.session_id = EXCHANGED, uuid.UUID(issued["session_id"])
-    session = db.get(AgentSession, row.session_id)
+    session = db.get_one(AgentSession, row.session_id)
     return token_response(session, issued["access_token"], issued["refresh_token"], now)
 
 

@@ -5,13 +5,15 @@ stops passing this check."""
 from __future__ import annotations
 
 import ipaddress
+from typing import TypeGuard
 from urllib.parse import urlsplit
+from .. import limits
 
-MAX_URL_CHARS = 2048
 
 
-def page_url_valid(url: str | None) -> bool:
-    if not isinstance(url, str) or not url or len(url) > MAX_URL_CHARS:
+
+def page_url_valid(url: str | None) -> TypeGuard[str]:
+    if not isinstance(url, str) or not url or len(url) > limits.CALLBACK_MAX:
         return False
     try:
         parts = urlsplit(url)

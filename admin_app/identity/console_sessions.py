@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import text
+from sqlalchemy import CursorResult, text
 from sqlalchemy.orm import Session
 
 from ..canonical import utc_now
@@ -77,6 +77,7 @@ def end_all_of(db: Session, admin_id: int, reason: str, keep_hash: str | None = 
                              "WHERE admin_id = :a AND ended_at IS NULL "
                              "AND token_hash IS DISTINCT FROM :keep"),
                         {"a": admin_id, "r": reason, "keep": keep_hash})
+    assert isinstance(result, CursorResult)  # an UPDATE's result, which counts its rows
     return result.rowcount
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import iso, sha256_json, utc_now
 from ..db import attach_loaded, pipelined
 from ..errors import ApiError, invalid_request
@@ -21,26 +22,22 @@ from . import tokens
 from .authorize_page import sessions_usable
 from .models import AgentSession, ClientApp
 
-MAX_SUBJECT_CHARS = 255
-MAX_DEVICE_LABEL_CHARS = 128
 # Shown for sessions issued without a device label (operator-issued, or authorized before the
 # label was required): clients require a non-blank label in the session view.
 UNLABELLED_DEVICE = "Unlabelled device"
 # The principal's fields and their lengths, as Agent Auth accepts them.
-PRINCIPAL_LIMITS = {"id": 128, "tenant": 128, "audience": 64, "channel": 128}
-MAX_ROLES, MAX_ROLE_CHARS = 64, 64
 
 
 def check_principal(checker: Checker, value: Any, path: str) -> None:
     principal = checker.obj(value, path, required=("id",), optional=("tenant", "roles", "audience", "channel"))
     if principal is None:
         return
-    for key, limit in PRINCIPAL_LIMITS.items():
+    for key, limit in limits.PRINCIPAL_FIELD_MAX.items():
         if key in principal:
             checker.string(principal[key], join(path, key), min_len=1, max_len=limit, single_line=True)
     if "roles" in principal:
-        checker.string_list(principal["roles"], join(path, "roles"), max_items=MAX_ROLES,
-                            item_max_len=MAX_ROLE_CHARS)
+        checker.string_list(principal["roles"], join(path, "roles"), max_items=limits.PRINCIPAL_MAX_ROLES,
+                            item_max_len=limits.PRINCIPAL_ROLE_MAX)
 
 
 def access_expiry(now: datetime, access_ttl: int, refresh_expires: datetime) -> datetime:
@@ -80,9 +77,9 @@ def issue_session(
     if principal is not None:
         check_principal(checker, principal, "principal")
     if on_behalf_of is not None:
-        checker.string(on_behalf_of, "on_behalf_of", min_len=1, max_len=MAX_SUBJECT_CHARS, single_line=True)
+        checker.string(on_behalf_of, "on_behalf_of", min_len=1, max_len=limits.SESSION_SUBJECT_MAX, single_line=True)
     if device_label is not None:
-        checker.string(device_label, "device_label", min_len=1, max_len=MAX_DEVICE_LABEL_CHARS, single_line=True)
+        checker.string(device_label, "device_label", min_len=1, max_len=limits.DEVICE_LABEL_MAX, single_line=True)
     checker.integer(access_ttl, "access_ttl", minimum=1, maximum=24 * 3600)
     checker.integer(refresh_ttl, "refresh_ttl", minimum=1, maximum=365 * 24 * 3600)
     if checker.problems:
@@ -164,7 +161,7 @@ def revoke_session(db: Session, session_id: str) -> dict:
         raise ApiError("invalid_request", "session_id must be a UUID.") from None
     row = db.get(AgentSession, sid, with_for_update=True)
     if row is None:
-        raise ApiError("session_not_found", "No such agent session.")
+        raise ApiError("session_not_found")
     return revoke_row(row)
 
 

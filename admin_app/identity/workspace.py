@@ -85,19 +85,18 @@ def refusal(route: Route | None, session: AgentSession, client: ClientApp | None
             surface: Surface) -> ApiError | None:
     """The gate's answer for this route, or None when the session may use it."""
     if not well_formed(route_key):
-        return ApiError("invalid_route", "The route key is not a valid route.")
+        return ApiError("invalid_route")
     if client is None or not _listed(client.allowed_routes, route_key) \
             or not _listed(session.allowed_routes, route_key):
-        return ApiError("route_not_allowed", "This session is not allowed to use this route.")
+        return ApiError("route_not_allowed")
     if route is None or not route.enabled:
-        return ApiError("route_unavailable", "The route is unavailable.")
+        return ApiError("route_unavailable")
     if surface == "tools" and not agent_direct_enabled(route):
-        return ApiError("agent_direct_disabled", "Business tools are not enabled on this route.")
+        return ApiError("agent_direct_disabled")
     if not audience_allows(route.audience or {}, session.principal):
-        return ApiError("audience_not_allowed", "This route's audience does not include this session.")
+        return ApiError("audience_not_allowed")
     if surface == "runtime" and not agent_client_enabled(route):
-        return ApiError("agent_client_disabled",
-                        "The Agent Client Runtime is not enabled on this route.")
+        return ApiError("agent_client_disabled")
     return None
 
 
@@ -108,6 +107,7 @@ def resolve_route(db: Session, session: AgentSession, route_key: str, surface: S
     refused = refusal(route, session, client, route_key, surface)
     if refused is not None:
         raise refused
+    assert route is not None  # refusal() refuses a route that does not exist
     return route
 
 

@@ -1,4 +1,5 @@
-"""The approvers' side: the queue, the exact snapshot, and decisions.
+"""The approvers' side: one approval, its exact snapshot, and decisions (the lists are in
+reads.approvals).
 
 A decision is one conditional UPDATE (pending and the same args_hash the approver saw), so two
 approvers racing, or an approver looking at a stale page, can never both win or decide on a
@@ -10,24 +11,22 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import select, text, update
+from sqlalchemy import CursorResult, Select, select, text, update
 from sqlalchemy.orm import Session, defer
 
+from .. import limits
 from ..canonical import iso, utc_now
 from ..errors import ApiError, invalid_request
 from ..identity.models import Admin, AgentSession
+from ..observability.metrics import tool_call_outcome
 from ..validation import Checker
 from .models import Approval, Invocation
 
-LIST_SCHEMA = "bailing.tool-approval-list.v1"
-REASON_MAX = 2000
-# `decided` is the hub's own; `approved` and `denied` filter by that one status.
-STATUS_FILTERS = ("pending", "decided", "approved", "denied", "all")
 NUMBER_MAX = 2**63 - 1
 
 
 def _not_found() -> ApiError:
-    return ApiError("approval_not_found", "No such approval.")
+    return ApiError("approval_not_found")
 
 
 def _reference(value: str):
@@ -88,39 +87,22 @@ def item_view(approval: Approval, inv: Invocation, session: AgentSession | None)
     }
 
 
-def _with_context():
+def summary_select() -> Select[tuple[Approval, Invocation, AgentSession]]:
     """An approval with its invocation and session, without the argument snapshot: it can be a
-    mebibyte, and lists and summaries show only its size and hash (snapshot() reads it)."""
+    mebibyte, and lists (reads.approvals) and summaries show only its size and hash (snapshot()
+    reads it)."""
     return (select(Approval, Invocation, AgentSession)
             .join(Invocation, Invocation.id == Approval.job_id)
             .join(AgentSession, AgentSession.id == Invocation.session_id)
             .options(defer(Approval.snapshot)))
 
 
-def list_approvals(db: Session, status: str, limit: int, offset: int) -> dict:
-    """`pending`: the queue, oldest first; `decided`: the history, latest decision first; `all`:
-    pending first, then everything else by creation."""
-    query = _with_context().limit(limit + 1).offset(offset)
-    if status == "pending":
-        query = query.where(Approval.status == "pending").order_by(Approval.created_at, Approval.id)
-    elif status in ("approved", "denied"):
-        query = query.where(Approval.status == status).order_by(Approval.decided_at.desc(), Approval.id)
-    elif status == "decided":
-        query = query.where(Approval.status != "pending").order_by(Approval.decided_at.desc(), Approval.id)
-    else:
-        query = query.order_by((Approval.status == "pending").desc(), Approval.created_at, Approval.id)
-    rows = db.execute(query).all()
-    has_more = len(rows) > limit
-    return {"schema": LIST_SCHEMA, "items": [item_view(*row) for row in rows[:limit]],
-            "has_more": has_more, "next_offset": offset + limit if has_more else None}
-
-
 def get(db: Session, approval_ref: str) -> tuple[Approval, Invocation, AgentSession]:
     column, key = _reference(approval_ref)
-    row = db.execute(_with_context().where(column == key)).first()
+    row = db.execute(summary_select().where(column == key)).first()
     if row is None:
         raise _not_found()
-    return row
+    return row._tuple()
 
 
 def snapshot(db: Session, approval_ref: str) -> Approval:
@@ -137,7 +119,7 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
     if "args_hash" in body:
         checker.string(body["args_hash"], "args_hash", min_len=64, max_len=64)
     if "reason" in body:
-        checker.string(body["reason"], "reason", max_len=REASON_MAX)
+        checker.string(body["reason"], "reason", max_len=limits.APPROVAL_REASON_MAX)
     reason = body.get("reason") if isinstance(body.get("reason"), str) else None
     if decision == "denied" and not checker.problems and not (reason and reason.strip()):
         checker.add("reason", "a denial needs a reason")
@@ -158,17 +140,15 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
             raise _not_found()
         if current.status != "pending":
             raise ApiError("approval_not_pending", f"This approval was already {current.status}.")
-        raise ApiError("approval_snapshot_changed",
-                       "The snapshot hash differs from the one you reviewed; review it again.")
+        raise ApiError("approval_snapshot_changed")
     if decision == "denied":
         # A denied call never reaches the business system: the invocation ends here.
         ended = db.execute(text("""
             UPDATE bz_tool_invocations SET status = 'denied', reason = 'approval_denied', updated_at = now()
             WHERE id = (SELECT job_id FROM bz_tool_approvals WHERE id = :id) AND status = 'awaiting_approval'"""),
             {"id": approval_id})
+        assert isinstance(ended, CursorResult)  # an UPDATE's result, which counts its rows
         if ended.rowcount:
-            from ..observability.metrics import tool_call_outcome  # metrics reads this package's models
-
             tool_call_outcome(db, "denied")
     db.expire_all()
     # `ok` and `rerun` as upstream answers a decision: an agent's call never reruns by itself,

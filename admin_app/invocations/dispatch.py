@@ -13,9 +13,9 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import requests
 
+from .. import limits
 from . import signing
 
-MAX_RESPONSE_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def send(call: PreparedCall, *, secret: str, job_id: str, scope: str, on_behalf_
             raw = bytearray()
             for piece in response.iter_content(64 * 1024):
                 raw.extend(piece)
-                if len(raw) > MAX_RESPONSE_BYTES:
+                if len(raw) > limits.BUSINESS_RESPONSE_MAX_BYTES:
                     return Outcome(response.status_code, failure="response body larger than the hub reads")
             return Outcome(response.status_code, _decode(bytes(raw), response.headers.get("Content-Type", "")))
     except requests.RequestException as err:

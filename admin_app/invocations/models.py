@@ -5,11 +5,16 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, ForeignKey, Identity, Text
+from sqlalchemy import ARRAY, BigInteger, ForeignKey, Identity, Text, event
 from sqlalchemy.dialects.postgresql import JSONB, UUID
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column, object_session
 
 from ..db import Base
+from ..observability.metrics import tool_call_outcome
+
+# Invocation statuses counted as dispatch outcomes (`in_progress` is a step, not an outcome).
+OUTCOMES = frozenset({"executed", "business_rejected", "awaiting_approval", "denied",
+                      "rejected_before_dispatch", "reconciliation_required"})
 
 
 class Invocation(Base):
@@ -35,6 +40,17 @@ class Invocation(Base):
     result_body: Mapped[Any] = mapped_column(JSONB, nullable=True)
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     updated_at: Mapped[datetime] = mapped_column(server_default="now()")
+
+
+@event.listens_for(Invocation.status, "set")
+def _count_outcome(target: Invocation, value: str, oldvalue: object, _initiator: object) -> None:
+    # Every status an invocation takes through the ORM (admin_app/invocations/service.py) passes
+    # here, however many places decide it; counted when that transaction commits. (An approver's
+    # denial is written by SQL in approvals.decide, which reports it itself.)
+    if value != oldvalue and value in OUTCOMES:
+        db = object_session(target)
+        if db is not None:
+            tool_call_outcome(db, value)
 
 
 class Approval(Base):

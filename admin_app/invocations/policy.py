@@ -42,7 +42,7 @@ def rule_matches(rule: dict, arguments: dict) -> bool:
         return actual is not _MISSING and actual is not None
     if actual is _MISSING:
         return False
-    expected = rule.get("value")
+    expected: Any = rule.get("value")  # a JSON value of the ACC declaration
     if op in (">", ">=", "<", "<="):
         if _json_type(actual) != "number" or _json_type(expected) != "number":
             raise TypeMismatch(f"{rule['param']} {op} compares numbers only")

@@ -11,20 +11,20 @@ import json
 import re
 from typing import Any
 
+from .. import limits
 from ..canonical import iso, utc_now
 from .models import Approval, Invocation, JournalEntry
 
 SCHEMA = "bailing.agent-tool-invocation.v1"
 RECEIPT_SCHEMA = "bailing.agent-invocation-receipt.v1"
 INSPECTION_SCHEMA = "bailing.agent-invocation-inspection-capabilities.v1"
-TEXT_MAX_CHARS = 8192
 
 # Control characters but tab, LF and CR, and lone surrogates: replaced, never passed on.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def bounded_text(text: str) -> str:
-    return _CONTROL.sub("\ufffd", text)[:TEXT_MAX_CHARS]
+    return _CONTROL.sub("\ufffd", text)[:limits.RESULT_TEXT_MAX]
 
 
 def _business_text(inv: Invocation) -> str:
@@ -96,7 +96,7 @@ def receipt_view(inv: Invocation, approval: Approval | None, journal: JournalEnt
                  dispatcher_alive: bool) -> dict:
     """Where an invocation stands, as stored. An unfinished journal whose dispatcher is gone reads
     as `reconciliation_required` (taken from the journal), without changing anything."""
-    result: dict | None = result_view(inv, approval, journal)
+    result = result_view(inv, approval, journal)
     source = "job"
     if journal is not None and journal.state == "dispatching" and not dispatcher_alive:
         result = {**result, "state": "reconciliation_required", "status": "reconciliation_required",

@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import canonical_json, sha256_json, utc_now
 from ..catalog.compiler import TOOL_NAME
 from ..catalog.projection import Visible, forced_approval, project
@@ -34,9 +35,10 @@ from ..errors import ApiError, invalid_request, unauthorized
 from ..identity.models import AgentSession, ToolProvider
 from ..identity.sessions import authenticate_access
 from ..identity.workspace import resolve_route
+from ..js_json import byte_length
 from ..runtime.models import Run
 from ..validation import UUID_V1_5, Checker
-from . import dispatch, js_json
+from . import dispatch
 from .models import Approval, Invocation, JournalEntry
 from .path_params import dot_segment_rejection
 from .policy import TypeMismatch, approval_policy
@@ -44,10 +46,6 @@ from .results import receipt_view, result_view
 
 log = logging.getLogger(__name__)
 
-ARGUMENTS_MAX_BYTES = 1_048_576
-ENVELOPE_MAX_BYTES = 2_097_152
-RESUME_BODY_MAX_BYTES = 1024
-SUMMARY_MAX_CHARS = 240
 STALE_GRACE = timedelta(seconds=60)
 REQUIRED = ("invocation_id", "route", "capability_revision", "tool", "arguments")
 # The turn's run: `agent_run_id` as the official client names it, `run_id` as the hub always did.
@@ -68,7 +66,7 @@ def envelope_too_large(max_bytes: int, observed: int) -> ApiError:
 
 def not_found() -> ApiError:
     """An invocation path that cannot name an invocation: the router's plain 404."""
-    return ApiError("not_found", "Not found.")
+    return ApiError("not_found")
 
 
 def invocation_path_id(value: str) -> str:
@@ -104,9 +102,9 @@ def validate_request(body: dict) -> uuid.UUID | None:
         checker.add("arguments", "must be an object")
     if checker.problems:
         raise invalid_request(checker)
-    size = js_json.byte_length(body["arguments"])
-    if size > ARGUMENTS_MAX_BYTES:
-        raise too_large("arguments", ARGUMENTS_MAX_BYTES, actual_bytes=size)
+    size = byte_length(body["arguments"])
+    if size > limits.INVOCATION_ARGUMENTS_MAX_BYTES:
+        raise too_large("arguments", limits.INVOCATION_ARGUMENTS_MAX_BYTES, actual_bytes=size)
     run = next(iter(runs.values()), None)
     return uuid.UUID(run) if run is not None else None
 
@@ -123,7 +121,8 @@ def summary(tool: Visible, snapshot: str, arguments: dict) -> str:
     keys = ", ".join(sorted(arguments))
     if tool.tool.sensitive:
         return f"{tool.tool.name}({keys}) - {len(snapshot.encode())} bytes, values withheld"
-    preview = snapshot if len(snapshot) <= SUMMARY_MAX_CHARS else snapshot[:SUMMARY_MAX_CHARS - 1] + "…"
+    most = limits.INVOCATION_SUMMARY_MAX
+    preview = snapshot if len(snapshot) <= most else snapshot[:most - 1] + "…"
     return f"{tool.tool.name} {preview}"
 
 
@@ -142,7 +141,7 @@ def _approval(db: Session, inv: Invocation, lock: bool = False) -> Approval | No
 
 
 def _provider(db: Session, name: str) -> ToolProvider:
-    return db.scalar(select(ToolProvider).where(ToolProvider.name == name))
+    return db.scalars(select(ToolProvider).where(ToolProvider.name == name)).one()
 
 
 class Dispatcher:
@@ -185,14 +184,16 @@ class Dispatcher:
         return self
 
     def __exit__(self, *exc) -> None:
+        conn = self.conn
+        assert conn is not None  # checked out by __enter__
         try:
             if self.key is not None:  # never pooled with the lock: the next user would hold it
-                self.conn.execute(text(f"SELECT pg_advisory_unlock({self.LOCK})"), {"key": self.key})
-                self.conn.commit()
+                conn.execute(text(f"SELECT pg_advisory_unlock({self.LOCK})"), {"key": self.key})
+                conn.commit()
         except Exception:  # noqa: BLE001 - a broken connection took the lock with it; never pool it
-            self.conn.invalidate()
+            conn.invalidate()
         finally:
-            self.conn.close()
+            conn.close()
 
 
 def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvider,
@@ -234,6 +235,7 @@ def _send_and_record(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict) -> N
             journal.state, journal.failure = "uncertain", outcome.failure
             inv.status, inv.reason = "reconciliation_required", "transport_failure"
         else:
+            assert outcome.http_status is not None  # a certain outcome is the business system's answer
             journal.state = "completed"
             inv.status = "executed" if 200 <= outcome.http_status < 300 else "business_rejected"
             inv.business_status, inv.result_body = outcome.http_status, outcome.body
@@ -281,11 +283,10 @@ def guarded(action):
             raise
         except (DBAPIError, PoolTimeout):  # no connection in time: nothing was sent either
             log.exception("tool invocation storage failed")
-            raise ApiError("invocation_storage_unavailable",
-                           "The invocation state could not be saved; nothing was sent.") from None
+            raise ApiError("invocation_storage_unavailable") from None
         except Exception:  # answered with a fixed code; logged above
             log.exception("tool invocation failed")
-            raise ApiError("agent_tool_internal_error", "Internal error.") from None
+            raise ApiError("agent_tool_internal_error") from None
     return run
 
 
@@ -301,7 +302,7 @@ def _run_of(db: Session, session: AgentSession, route_key: str, run_id: uuid.UUI
         return
     run = db.get(Run, run_id)
     if run is None or run.session_id != session.id or run.route_key != route_key:
-        raise ApiError("agent_run_conflict", "This run is not a turn of this session in this route.")
+        raise ApiError("agent_run_conflict")
 
 
 def _still_authorized(db: Session, route, session: AgentSession, inv: Invocation,
@@ -334,17 +335,16 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
         if existing is not None:
             if existing.request_hash != request_hash \
                     or existing.capability_revision != body["capability_revision"]:
-                raise ApiError("invocation_conflict",
-                               "This invocation_id was used for a different call.")
+                raise ApiError("invocation_conflict")
             # A replay answers only while the tool is still authorized as it was.
             _still_authorized(db, route, session, existing)
             return view(db, existing, _approval(db, existing))
         projection = project(db, route, session)
         visible = projection.tools.get(body["tool"])
         if visible is None:
-            raise ApiError("tool_not_found", "No such tool in this workspace.")
+            raise ApiError("tool_not_found")
         if body["capability_revision"] != projection.revision:
-            raise ApiError("capability_changed", "The capability revision is stale; rediscover tools.",
+            raise ApiError("capability_changed",
                            capability_revision=projection.revision)
         inv = Invocation(
             id=uuid.uuid4(), session_id=session.id, invocation_id=body["invocation_id"],
@@ -384,7 +384,7 @@ def _own_invocation(db: Session, session: AgentSession, invocation_id: str, lock
                                      Invocation.invocation_id == invocation_id)
     inv = db.scalar(query.with_for_update() if lock else query)
     if inv is None:
-        raise ApiError("invocation_not_found", "No such invocation for this session.")
+        raise ApiError("invocation_not_found")
     return inv
 
 

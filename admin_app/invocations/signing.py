@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from .. import limits
 
-MAX_CLOCK_SKEW = 300  # seconds a business system should accept either side of its clock
+
 
 
 def canonical_request(timestamp: str, method: str, path_with_query: str, body: bytes,
@@ -36,7 +37,7 @@ def verify(secret: str, received: dict[str, str], *, method: str, path_with_quer
            now: float) -> bool:
     """The business side's check (used by the demo business system)."""
     timestamp = received.get("X-Bailing-Timestamp", "")
-    if not timestamp.isdigit() or abs(now - int(timestamp)) > MAX_CLOCK_SKEW:
+    if not timestamp.isdigit() or abs(now - int(timestamp)) > limits.SIGNATURE_MAX_CLOCK_SKEW_SECONDS:
         return False
     message = canonical_request(timestamp, method, path_with_query, body,
                                 received.get("X-Bailing-On-Behalf-Of", ""),

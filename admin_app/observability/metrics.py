@@ -18,16 +18,16 @@ import ipaddress
 import logging
 import os
 import time
+from collections.abc import Iterator
 
-from flask import Blueprint, Response, abort, current_app, request
+from flask import Blueprint, Flask, Response, abort, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import disable_created_metrics, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy import event
-from sqlalchemy.orm import Session, object_session
+from sqlalchemy.orm import Session
 
 from ..errors import unauthorized
-from ..invocations.models import Invocation
 
 log = logging.getLogger(__name__)
 disable_created_metrics()  # no `*_created` series beside each counter: nothing here reads them
@@ -41,9 +41,6 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # The database gauges must not hold a scrape (Prometheus gives up after 10 s by default).
 DB_TIMEOUT_SECONDS = 2
-# Invocation statuses counted as dispatch outcomes (`in_progress` is a step, not an outcome).
-OUTCOMES = frozenset({"executed", "business_rejected", "awaiting_approval", "denied",
-                      "rejected_before_dispatch", "reconciliation_required"})
 
 HTTP_REQUESTS = Counter(
     "bailing_http_requests", "HTTP requests answered, by method, route (URL rule) and status.",
@@ -89,7 +86,7 @@ def observe_request(method: str, route: str, status: int, seconds: float) -> Non
 _AFTER_COMMIT = "bailing.metrics_after_commit"
 
 
-def at_commit(db: Session, counter, amount: float = 1) -> None:
+def at_commit(db: Session, counter: Counter, amount: float = 1) -> None:
     """Increase `counter` once `db`'s transaction has committed (never for a rolled-back one)."""
     db.info.setdefault(_AFTER_COMMIT, []).append((counter, amount))
 
@@ -107,27 +104,17 @@ def _count_committed(session: Session) -> None:
 
 @event.listens_for(Session, "after_rollback")
 @event.listens_for(Session, "after_soft_rollback")
-def _forget_rolled_back(session: Session, *_previous) -> None:
+def _forget_rolled_back(session: Session, *_previous: object) -> None:
     session.info.pop(_AFTER_COMMIT, None)
 
 
 def tool_call_outcome(db: Session, outcome: str) -> None:
-    """A governed call reached `outcome`, counted when `db`'s transaction commits."""
+    """A governed call reached `outcome`, counted when `db`'s transaction commits. The
+    invocations package reports each one (admin_app/invocations/models.py)."""
     at_commit(db, DISPATCH_OUTCOMES.labels(outcome))
 
 
-@event.listens_for(Invocation.status, "set")
-def _status_changed(target: Invocation, value, oldvalue, _initiator) -> None:
-    # Every status an invocation takes in admin_app/invocations/service.py passes here, however
-    # many places decide it; counted when that transaction commits. (An approver's denial is
-    # written by SQL in approvals.decide, which counts it itself.)
-    if value != oldvalue and value in OUTCOMES:
-        db = object_session(target)
-        if db is not None:
-            tool_call_outcome(db, value)
-
-
-def update_pool(app) -> None:
+def update_pool(app: Flask) -> None:
     """This process's pool figures, for the app's database (nothing if it has no engine yet)."""
     hub = app.extensions["bailing"]
     POOL_MAX_OVERFLOW.set(hub.settings.db_max_overflow)
@@ -156,10 +143,10 @@ class DatabaseCollector:
     """Gauges read from PostgreSQL at scrape time, on a connection of their own (not the pool,
     which may be exhausted by the very load one wants to see) with short timeouts."""
 
-    def __init__(self, app):
+    def __init__(self, app: Flask) -> None:
         self.app = app
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         import psycopg
 
         up = GaugeMetricFamily("bailing_database_up",
@@ -200,11 +187,11 @@ class DatabaseCollector:
 class _ThisProcess:
     """The default registry's metrics (this process's counters, pool, process_* and python_*)."""
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         yield from REGISTRY.collect()
 
 
-def render(app) -> bytes:
+def render(app: Flask) -> bytes:
     update_pool(app)
     registry = CollectorRegistry(auto_describe=False)
     if multiprocess_dir():
@@ -244,7 +231,7 @@ def _allowed() -> bool:
 
 
 @bp.get(METRICS_PATH)
-def metrics():
+def metrics() -> Response:
     if not _allowed():
         abort(404)  # as if there were nothing here
     response = Response(render(current_app), mimetype=None, content_type=CONTENT_TYPE_LATEST)

@@ -12,8 +12,9 @@ import re
 import sys
 import time
 import uuid
+from typing import TextIO
 
-from flask import Flask, g, has_request_context, request
+from flask import Flask, Response, current_app, g, has_request_context, request
 from pythonjsonlogger.json import JsonFormatter
 
 from . import metrics
@@ -48,7 +49,7 @@ class _RequestIdFilter(logging.Filter):
 
 
 class _TextFormatter(logging.Formatter):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
@@ -64,18 +65,18 @@ def _json_formatter() -> logging.Formatter:
                          rename_fields={"levelname": "level", "name": "logger"})
 
 
-class _Stderr(logging.StreamHandler):
+class _Stderr(logging.StreamHandler[TextIO]):
     """Writes to whatever sys.stderr is when a record is emitted (gunicorn may redirect it)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
 
     @property
-    def stream(self):
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, _value):
+    def stream(self, _value: TextIO) -> None:
         pass
 
 
@@ -103,7 +104,7 @@ def _begin() -> None:
     g.request_started = time.perf_counter()
 
 
-def _finish(response):
+def _finish(response: Response) -> Response:
     response.headers[HEADER] = _request_id()
     g.response_status = response.status_code
     return response
@@ -112,7 +113,8 @@ def _finish(response):
 def _request_id() -> str:
     if "request_id" not in g:  # a request that failed before its first before_request function
         g.request_id = request_id_from(request.headers.get(HEADER))
-    return g.request_id
+    request_id: str = g.request_id
+    return request_id
 
 
 def _done(exc: BaseException | None) -> None:
@@ -132,13 +134,7 @@ def _done(exc: BaseException | None) -> None:
                        "status": status, "duration_ms": duration_ms,
                        "remote_addr": request.remote_addr})
     if metrics.multiprocess_dir():  # other workers' scrapes read this worker's pool from its file
-        metrics.update_pool(_app())
-
-
-def _app():
-    from flask import current_app
-
-    return current_app._get_current_object()
+        metrics.update_pool(current_app)
 
 
 def install(app: Flask) -> None:

@@ -8,12 +8,10 @@ from importlib import resources
 
 from flask import Blueprint, Response
 
+from ..surfaces import SURFACES
+
 # API prefix -> document file in this package.
-DOCUMENTS = {
-    "/agent-api/v1": "agent-api-v1.json",
-    "/agent-auth/v1": "agent-auth-v1.json",
-    "/admin/api": "admin-api.json",
-}
+DOCUMENTS = {surface.prefix: surface.document for surface in SURFACES}
 
 # Views that exist only to refuse (every request they match is a 404), so they are not part of
 # any contract: the agent side of Conversation Audit has no transcript reads, and its admin side

@@ -8,19 +8,20 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..catalog.projection import project
-from ..catalog.search import SEARCH_LIMIT, discovery, rank
+from ..catalog.search import discovery, rank
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, Route
 from ..validation import Checker, client_text
 from . import client_input, profile, task_binding
-from .turns import SEARCH_QUERY_CHARS, find_run, user_input_of
+from .turns import find_run, user_input_of
 
 SCHEMA = "bailing.agent-capability-search.v1"
 
 
 def _run_not_found() -> ApiError:
-    return ApiError("run_not_found", "No such run for this session and route.")
+    return ApiError("run_not_found")
 
 
 def search(db: Session, session: AgentSession, route: Route, body: dict) -> dict:
@@ -28,14 +29,14 @@ def search(db: Session, session: AgentSession, route: Route, body: dict) -> dict
     checker.obj(body, "", optional=("query", "run_id", "limit"))
     query = ""
     if "query" in body:
-        query = client_text(checker, body["query"], "query", SEARCH_QUERY_CHARS, blank_ok=True) or ""
+        query = client_text(checker, body["query"], "query", limits.CAPABILITY_QUERY_MAX, blank_ok=True) or ""
     run_id = None
     if "run_id" in body:
         run_id = client_input.run_id(body["run_id"])
         if run_id is None:
             checker.add("run_id", "must be a UUID (versions 1 to 5)")
     if "limit" in body:
-        checker.integer(body["limit"], "limit", minimum=1, maximum=SEARCH_LIMIT)
+        checker.integer(body["limit"], "limit", minimum=1, maximum=limits.CAPABILITY_SEARCH_MAX_RESULTS)
     if not checker.problems and not query.strip() and run_id is None:
         checker.add("query", "a non-blank query or a run_id is required")
     if checker.problems:
@@ -50,7 +51,7 @@ def search(db: Session, session: AgentSession, route: Route, body: dict) -> dict
             raise _run_not_found()
         if not query.strip():
             query = user_input_of(db, run)
-    ranked_query = profile.safe_text(query, SEARCH_QUERY_CHARS)
+    ranked_query = profile.safe_text(query, limits.CAPABILITY_QUERY_MAX)
     projection = project(db, route, session)
     limit = body.get("limit", profile.active_tool_limit(route))
     found = rank(projection, ranked_query)[:limit]

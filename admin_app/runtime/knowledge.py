@@ -6,24 +6,19 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import utc_now
 from ..catalog.search import tokens
-from ..errors import ApiError
+from ..errors import ApiError, invalid_field
 from .models import KnowledgeChunk, KnowledgeDocument
 from .profile import safe_text
 
 CHUNK_CHARS = 1200
-INLINE_CONTENT_CHARS = 3000  # a chunk's text inline in a turn
-TURN_TITLE_CHARS = 300
-HINT_CHARS = 240
-READ_MAX_CHARS = 16000
-SEARCH_MAX_RESULTS = 20
-QUERY_MAX_CHARS = 1000
-MAX_DOCUMENT_BYTES = 5 * 1024 * 1024
 MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -72,8 +67,8 @@ def add_document(db: Session, route_key: str, path: Path) -> dict:
     if media_type is None:
         raise ApiError("invalid_request", f"{path.name}: only .md, .markdown and .txt files are accepted")
     raw = path.read_bytes()
-    if len(raw) > MAX_DOCUMENT_BYTES:
-        raise ApiError("request_too_large", f"{path.name} is larger than {MAX_DOCUMENT_BYTES} bytes")
+    if len(raw) > limits.KNOWLEDGE_DOCUMENT_MAX_BYTES:
+        raise ApiError("request_too_large", f"{path.name} is larger than {limits.KNOWLEDGE_DOCUMENT_MAX_BYTES} bytes")
     try:
         body = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -135,13 +130,13 @@ def _turn_item(index: int, row: dict, on_demand: bool) -> dict:
     """One entry of a turn's `context.knowledge`: `ref`, `title` and `content` as every client
     reads them. Inline, `content` is the chunk's text; negotiated on demand, it is only the
     bounded hint, and `chunk_id` says what to read with knowledge/read."""
-    item = {"ref": f"knowledge:{index}", "title": safe_text(row["title"], TURN_TITLE_CHARS)}
+    item: dict[str, Any] = {"ref": f"knowledge:{index}", "title": safe_text(row["title"], limits.KNOWLEDGE_TITLE_MAX)}
     if on_demand:
-        hint = row["content"][:HINT_CHARS]
+        hint = row["content"][:limits.KNOWLEDGE_HINT_MAX]
         item.update({"content": hint, "hint_truncated": len(hint) < len(row["content"]),
                      "content_chars": len(row["content"])})
     else:
-        content = row["content"][:INLINE_CONTENT_CHARS]
+        content = row["content"][:limits.KNOWLEDGE_INLINE_MAX]
         item.update({"content": content, "truncated": len(content) < len(row["content"])})
     item.update({"chunk_id": row["id"], "document": row["name"], "heading": row["heading"],
                  "trust": "reference_only"})
@@ -157,7 +152,7 @@ def turn_knowledge(rows: list[dict], on_demand: bool) -> tuple[list[dict], list[
 
 
 def hint_item(row: dict) -> dict:
-    hint = row["content"][:HINT_CHARS]
+    hint = row["content"][:limits.KNOWLEDGE_HINT_MAX]
     return {"chunk_id": row["id"], "document": row["name"], "title": row["title"],
             "heading": row["heading"], "hint": hint, "hint_truncated": len(hint) < len(row["content"]),
             "content_chars": len(row["content"]), "trust": "reference_only"}
@@ -168,16 +163,15 @@ def read(db: Session, route_key: str, chunk_id: int, offset: int) -> dict:
                      .join(KnowledgeDocument, KnowledgeDocument.id == KnowledgeChunk.document_id)
                      .where(KnowledgeChunk.id == chunk_id, KnowledgeDocument.route_key == route_key)).first()
     if row is None:
-        raise ApiError("knowledge_not_found", "No such knowledge chunk in this workspace.")
+        raise ApiError("knowledge_not_found")
     piece, doc = row
     total = len(piece.content)
     if offset > total:
-        raise ApiError("invalid_request", "offset is past the end of the chunk.",
-                       problems=[{"path": "offset", "message": f"must be at most {total}"}])
-    content = piece.content[offset:offset + READ_MAX_CHARS]
+        raise invalid_field("offset", f"must be at most {total}")
+    content = piece.content[offset:offset + limits.KNOWLEDGE_READ_MAX]
     end = offset + len(content)
     return {"schema": "bailing.agent-knowledge-read.v1", "route": route_key, "chunk_id": piece.id,
             "document": doc.name, "title": doc.title, "heading": piece.heading,
             "content": content, "offset": offset, "total_chars": total,
             "truncated": end < total, "next_offset": end if end < total else None,
-            "max_chars": READ_MAX_CHARS, "trust": "reference_only"}
+            "max_chars": limits.KNOWLEDGE_READ_MAX, "trust": "reference_only"}

@@ -15,13 +15,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import canonical_json, iso
 from .models import Message
 
 SUMMARY_SCHEMA = "bailing.authorization-execution-summary.v1"
 INVOCATION_STATES = frozenset({"executed", "business_rejected", "awaiting_approval", "denied",
                                "rejected_before_dispatch", "reconciliation_required", "in_progress"})
-MAX_ID_CHARS = 191
 
 
 def _count(value: Any) -> int | None:
@@ -46,8 +46,8 @@ def parse_summary(content: str) -> dict | None:
         if not isinstance(item, dict):
             continue
         inv, tool, state = item.get("invocation_id"), item.get("tool"), item.get("state")
-        if not (isinstance(inv, str) and 0 < len(inv) <= MAX_ID_CHARS and isinstance(tool, str)
-                and 0 < len(tool) <= MAX_ID_CHARS and isinstance(state, str)
+        if not (isinstance(inv, str) and 0 < len(inv) <= limits.MEMORY_ID_MAX and isinstance(tool, str)
+                and 0 < len(tool) <= limits.MEMORY_ID_MAX and isinstance(state, str)
                 and state in INVOCATION_STATES):
             continue
         record = {"invocation_id": inv, "tool": tool, "state": state}

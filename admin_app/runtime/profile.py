@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import sha256_json
 from ..catalog.projection import Projection
 from ..identity.models import Route
@@ -17,12 +18,6 @@ from .models import KnowledgeDocument
 
 PROFILE_SCHEMA = "bailing.agent-runtime-profile.v1"
 WORKSPACES_SCHEMA = "bailing.agent-workspaces.v1"
-DEFAULT_ACTIVE_TOOL_LIMIT = 8
-MAX_ACTIVE_TOOLS = 12  # the official client refuses a turn with more active tools
-WORKSPACE_NAME_MAX = 128
-WORKSPACE_DESCRIPTION_MAX = 1000
-SYSTEM_PROMPT_MAX = 40000
-CLIENT_INSTRUCTIONS_MAX = 20000
 # Each part of the instructions sits under its own heading line, so an agent can tell the route's
 # rules from the local agent's additions.
 PROMPT_HEADING = "[Route system rules]"
@@ -45,18 +40,18 @@ def safe_text(value, maximum: int) -> str:
 
 
 def workspace(route: Route) -> dict:
-    return {"route": route.route_key, "name": safe_text(route.name, WORKSPACE_NAME_MAX),
-            "description": safe_text(route.description, WORKSPACE_DESCRIPTION_MAX)}
+    return {"route": route.route_key, "name": safe_text(route.name, limits.WORKSPACE_NAME_MAX),
+            "description": safe_text(route.description, limits.WORKSPACE_DESCRIPTION_MAX)}
 
 
 def active_tool_limit(route: Route) -> int:
-    limit = (route.agent_client or {}).get("active_tool_limit", DEFAULT_ACTIVE_TOOL_LIMIT)
-    return max(1, min(limit, MAX_ACTIVE_TOOLS))
+    limit = (route.agent_client or {}).get("active_tool_limit", limits.ACTIVE_TOOLS_DEFAULT)
+    return max(1, min(limit, limits.ACTIVE_TOOLS_MAX))
 
 
 def instructions(route: Route) -> str:
-    prompt = safe_text((route.target_config or {}).get("system_prompt"), SYSTEM_PROMPT_MAX)
-    extra = safe_text((route.agent_client or {}).get("instructions"), CLIENT_INSTRUCTIONS_MAX)
+    prompt = safe_text((route.target_config or {}).get("system_prompt"), limits.SYSTEM_PROMPT_MAX)
+    extra = safe_text((route.agent_client or {}).get("instructions"), limits.CLIENT_INSTRUCTIONS_MAX)
     parts = [f"{PROMPT_HEADING}\n{prompt}" if prompt else "",
              f"{CLIENT_INSTRUCTIONS_HEADING}\n{extra}" if extra else ""]
     return "\n\n".join(p for p in parts if p)

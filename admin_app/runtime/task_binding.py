@@ -32,7 +32,7 @@ def parse(value: Any) -> dict:
     if not isinstance(value["schema_version"], str):
         raise _invalid("task_binding.schema_version must be a string.")
     if value["schema_version"] != SCHEMA:
-        raise ApiError("TASK_UNSUPPORTED", "This task binding schema is not supported.")
+        raise ApiError("TASK_UNSUPPORTED")
     task_id, scope_hash = value["task_id"], value["scope_hash"]
     if not isinstance(task_id, str) or not UUID_V1_5.fullmatch(task_id):
         raise _invalid("task_binding.task_id must be a UUID (versions 1 to 5).")
@@ -42,7 +42,7 @@ def parse(value: Any) -> dict:
 
 
 def task_required() -> ApiError:
-    return ApiError("TASK_REQUIRED", "This session is enrolled in a task: act through a bound run.")
+    return ApiError("TASK_REQUIRED")
 
 
 def require_binding(session: AgentSession, binding: dict | None) -> None:

@@ -11,33 +11,28 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..canonical import iso, sha256_json, utc_now
 from ..catalog.projection import project
 from ..catalog.search import rank
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, Route
 from ..identity.workspace import resolve_route
-from ..invocations.js_json import byte_length
+from ..js_json import byte_length
 from ..validation import Checker, client_text, join
 from . import client_input, knowledge, memory, profile, task_binding
 from .models import Message, Run, Thread
 
 TURN_SCHEMA = "bailing.agent-turn-context.v1"
 COMPLETION_SCHEMA = "bailing.agent-run-completion.v1"
-USER_INPUT_MAX = 64000  # UTF-16 code units, as JavaScript clients count
-CONTENT_MAX = 64000
-NAME_MAX = 191  # model and runtime
-PAGE_CONTEXT_MAX_BYTES = 16 * 1024  # UTF-8 bytes of JSON.stringify(page_context)
 # Page fields that, with the user input, steer the active tools and the knowledge of a turn.
 PAGE_HINT_KEYS = ("title", "page_name", "page_key", "url")
-PAGE_HINT_CHARS = 500
-SEARCH_QUERY_CHARS = 2000
-MAX_RENDERERS = 20
 RENDERER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 TURN_FIELDS = ("client_conversation_id", "client_turn_id", "user_message_id", "user_input")
 TURN_OPTIONAL = ("page_context", "renderers", "knowledge_delivery", "task_binding")
@@ -52,8 +47,8 @@ def _renderers(checker: Checker, value) -> None:
     if not isinstance(value, list):
         checker.add("renderers", "must be a list")
         return
-    if len(value) > MAX_RENDERERS:
-        checker.add("renderers", f"must have at most {MAX_RENDERERS} items")
+    if len(value) > limits.TURN_MAX_RENDERERS:
+        checker.add("renderers", f"must have at most {limits.TURN_MAX_RENDERERS} items")
         return
     seen: set[str] = set()
     for i, name in enumerate(value):
@@ -71,12 +66,12 @@ def normalise_turn(body: dict, session: AgentSession) -> dict:
     refusal: 400 invalid_request, 413 page_context_too_large, then the task-control codes."""
     checker = Checker()
     checker.obj(body, "", required=TURN_FIELDS, optional=TURN_OPTIONAL)
-    turn = {}
+    turn: dict[str, Any] = {}
     for key in TURN_FIELDS[:3]:
         if key in body:
             turn[key] = client_input.identifier(checker, body[key], key)
     if "user_input" in body:
-        turn["user_input"] = client_text(checker, body["user_input"], "user_input", USER_INPUT_MAX)
+        turn["user_input"] = client_text(checker, body["user_input"], "user_input", limits.USER_INPUT_MAX)
     if "page_context" in body:
         if isinstance(body["page_context"], dict):
             turn["page_context"] = body["page_context"]
@@ -91,10 +86,10 @@ def normalise_turn(body: dict, session: AgentSession) -> dict:
         turn["knowledge_delivery"] = body["knowledge_delivery"]
     if checker.problems:
         raise invalid_request(checker)
-    if "page_context" in turn and byte_length(turn["page_context"]) > PAGE_CONTEXT_MAX_BYTES:
+    if "page_context" in turn and byte_length(turn["page_context"]) > limits.PAGE_CONTEXT_MAX_BYTES:
         raise ApiError("page_context_too_large",
-                       f"page_context exceeds {PAGE_CONTEXT_MAX_BYTES} bytes of JSON.",
-                       max_bytes=PAGE_CONTEXT_MAX_BYTES)
+                       f"page_context exceeds {limits.PAGE_CONTEXT_MAX_BYTES} bytes of JSON.",
+                       max_bytes=limits.PAGE_CONTEXT_MAX_BYTES)
     if "task_binding" in body:
         turn["task_binding"] = task_binding.parse(body["task_binding"])
     task_binding.require_binding(session, turn.get("task_binding"))
@@ -104,10 +99,10 @@ def normalise_turn(body: dict, session: AgentSession) -> dict:
 def search_query(turn: dict) -> str:
     """The page hints, then the user input: what a turn's tools and knowledge are ranked by."""
     page = turn.get("page_context", {})
-    hints = " ".join(t for t in (profile.safe_text(page.get(key), PAGE_HINT_CHARS) for key in PAGE_HINT_KEYS)
+    hints = " ".join(t for t in (profile.safe_text(page.get(key), limits.PAGE_HINT_MAX) for key in PAGE_HINT_KEYS)
                      if t)
     query = f"{hints}\n{turn['user_input']}" if hints else turn["user_input"]
-    return query[:SEARCH_QUERY_CHARS]
+    return query[:limits.CAPABILITY_QUERY_MAX]
 
 
 def _thread(db: Session, session: AgentSession, route_key: str, conversation: str) -> Thread:
@@ -115,9 +110,9 @@ def _thread(db: Session, session: AgentSession, route_key: str, conversation: st
     db.execute(insert(Thread).values(session_id=session.id, route_key=route_key,
                                      client_conversation_id=conversation)
                .on_conflict_do_nothing(index_elements=["session_id", "route_key", "client_conversation_id"]))
-    return db.scalar(select(Thread).where(
+    return db.scalars(select(Thread).where(
         Thread.session_id == session.id, Thread.route_key == route_key,
-        Thread.client_conversation_id == conversation).with_for_update())
+        Thread.client_conversation_id == conversation).with_for_update()).one()
 
 
 def _turn_conflict(message: str) -> ApiError:
@@ -221,7 +216,7 @@ def normalise_completion(body: dict) -> dict:
     checker = Checker()
     checker.obj(body, "", required=("assistant_message_id", "status", "content"),
                 optional=("model", "runtime", "usage"))
-    done = {}
+    done: dict[str, Any] = {}
     if "assistant_message_id" in body:
         done["assistant_message_id"] = client_input.identifier(checker, body["assistant_message_id"],
                                                                "assistant_message_id")
@@ -230,10 +225,10 @@ def normalise_completion(body: dict) -> dict:
             checker.add("status", "must be one of " + ", ".join(COMPLETION_STATUSES))
         done["status"] = body["status"]
     if "content" in body:
-        done["content"] = client_text(checker, body["content"], "content", CONTENT_MAX)
+        done["content"] = client_text(checker, body["content"], "content", limits.COMPLETION_CONTENT_MAX)
     for key in ("model", "runtime"):
         if key in body:
-            done[key] = client_text(checker, body[key], key, NAME_MAX, blank_ok=True)
+            done[key] = client_text(checker, body[key], key, limits.RUN_NAME_MAX, blank_ok=True)
     if "usage" in body:
         usage = checker.obj(body["usage"], "usage", optional=USAGE_FIELDS)
         if usage is not None:
@@ -280,8 +275,7 @@ def _complete(db: Session, run: Run, done: dict) -> dict:
                                                Message.role == "assistant",
                                                Message.message_id == done["assistant_message_id"]))
     if clash is not None:
-        raise ApiError("assistant_message_conflict",
-                       "assistant_message_id is already bound to another run of this conversation.")
+        raise ApiError("assistant_message_conflict")
     run.status = done["status"]
     run.completion = done
     run.completion_hash = fingerprint
@@ -293,6 +287,7 @@ def _complete(db: Session, run: Run, done: dict) -> dict:
 
 
 def _completion_view(run: Run, *, replay: bool) -> dict:
+    assert run.completion is not None  # kept with the run when it completed
     # `schema` is what earlier readers of this hub look for; it holds the same string.
     return {"schema_version": COMPLETION_SCHEMA, "schema": COMPLETION_SCHEMA, "run_id": str(run.id),
             "assistant_message_id": run.completion["assistant_message_id"], "status": run.status,

@@ -9,7 +9,10 @@ Failures are counted twice: per account and per client address.
   checking the password. Only the stranger's own address is held back.
 Names that belong to no admin are counted in one of a fixed number of buckets, so typed names
 add no rows; addresses are counted per IPv4 address or IPv6 /64, and every row is forgotten once
-its last failure is old."""
+its last failure is old.
+
+An attempt on a name that belongs to no admin is checked against a hash made here, so it costs
+the same time as a wrong password and the answer does not reveal who exists."""
 from __future__ import annotations
 
 import hashlib
@@ -18,10 +21,12 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from ..canonical import utc_now
+from .admins import hash_password
+from .models import Admin
 
 ACCOUNT_FREE_FAILURES = 3      # failures answered at full speed
 ACCOUNT_DELAY_STEP = 1.0       # seconds added per further failure
@@ -32,11 +37,40 @@ FORGET_AFTER = timedelta(minutes=15)
 UNKNOWN_BUCKETS = 64
 
 
+# Made once per process, when the console is set up, never while someone waits to sign in.
+_NO_ADMIN_HASH = hash_password("not a real password, only spends the same time")
+
+
 @dataclass(frozen=True)
 class Counts:
     account: int
     address: int
     address_last_failure: datetime | None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one sign-in needs before the password is checked."""
+
+    admin_id: int | None  # None: no admin has this name
+    password_hash: str  # the admin's, or one that costs the same to verify
+    account: str
+    address: str
+    counts: Counts
+
+
+def attempt(db: Session, username: str, remote_addr: str | None) -> Attempt:
+    """The admin the name belongs to (if any) and the failures counted against the attempt."""
+    admin = db.execute(select(Admin.id, Admin.password_hash).where(Admin.username == username)).first()
+    admin_id, password_hash = (admin.id, admin.password_hash) if admin else (None, _NO_ADMIN_HASH)
+    account, address = account_key(admin_id, username), address_key(remote_addr)
+    return Attempt(admin_id, password_hash, account, address, counts(db, account, address))
+
+
+def admin_to_sign_in(db: Session, attempt: Attempt) -> Admin | None:
+    """The attempt's admin as it is now, unless it is gone or disabled since it was looked up."""
+    admin = db.get(Admin, attempt.admin_id) if attempt.admin_id is not None else None
+    return admin if admin is not None and not admin.disabled else None
 
 
 def account_key(admin_id: int | None, username: str) -> str:

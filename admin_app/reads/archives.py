@@ -1,25 +1,31 @@
-"""Administrator reads of archives (runs:read). Event pages are keyset reads on the primary key
-(archive_id, sequence), so a page at the end of a 20,000-event archive costs what the first does."""
+"""Archive reads (runs:read) for the admin API and the console: the archive list and search, one
+archive's header and members, and its events page by page. Event pages are keyset reads on the
+primary key (archive_id, sequence), so a page at the end of a 20,000-event archive costs what the
+first does."""
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
 from .. import limits
 from ..canonical import iso
-from .archives import HEADER_COLUMNS, header_view, not_found
-from .availability import Availability
+from ..conversation_audit.archives import HEADER_COLUMNS, header_view, not_found
+from ..conversation_audit.availability import Availability
 
 LIST_SCHEMA = "bailing.agent-conversation-audit-list.v1"
 DETAIL_SCHEMA = "bailing.agent-conversation-audit-detail.v1"
 # Paging parameters are clamped into these ranges, never refused for being outside them.
 LIST_LIMIT = limits.AUDIT_LIST_LIMIT
 EVENTS_LIMIT = limits.AUDIT_EVENTS_LIMIT
+# Where the next page of a search starts: the last archive shown, as (updated_at, id).
+SearchCursor = tuple[datetime, uuid.UUID]
 
 
-def list_archives(db: Session, limit: int, offset: int) -> dict:
+def list_archives(db: Session, limit: int, offset: int) -> dict[str, Any]:
     rows = list(db.execute(text(f"""
         SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives
         ORDER BY updated_at DESC, id LIMIT :limit OFFSET :offset"""),  # noqa: S608 - constant identifiers, bound values
@@ -29,7 +35,13 @@ def list_archives(db: Session, limit: int, offset: int) -> dict:
             "has_more": has_more, "next_offset": offset + limit if has_more else None}
 
 
-def member_view(row: Any, available: Availability) -> dict:
+def archive_header(db: Session, archive_id: uuid.UUID) -> Row[Any] | None:
+    """The archive's header row (HEADER_COLUMNS), or None when there is no such archive."""
+    return db.execute(text(f"SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives WHERE id = :id"),  # noqa: S608 - constant identifiers, bound values
+                      {"id": archive_id}).first()
+
+
+def member_view(row: Any, available: Availability) -> dict[str, Any]:
     # An unlabelled member is shown by its session id.
     view = {"session_id": str(row.session_id), "display_label": row.label or str(row.session_id),
             "confirmed": row.confirmed_at is not None}
@@ -44,7 +56,27 @@ def member_view(row: Any, available: Availability) -> dict:
     return view
 
 
-def event_view(row: Any) -> dict:
+def member_views(db: Session, archive_id: uuid.UUID, available: Availability, *,
+                 confirmed_at: bool = False) -> list[dict[str, Any]]:
+    """The archive's members in the order they were listed. With `confirmed_at`, each also says
+    when it confirmed, as the console and its export show it (the admin API's detail has no such
+    field)."""
+    # The binding columns exist only once 058 is applied.
+    bindings = ", client_app_id, client_name, route_key" if available.cross_binding else ""
+    rows = db.execute(text(f"""
+        SELECT session_id, label, confirmed_at, principal, on_behalf_of{bindings}
+        FROM bz_agent_conversation_members WHERE archive_id = :id ORDER BY position"""),  # noqa: S608 - constant identifiers, bound values
+        {"id": archive_id})
+    views = []
+    for row in rows:
+        view = member_view(row, available)
+        if confirmed_at:
+            view["confirmed_at"] = iso(row.confirmed_at)
+        views.append(view)
+    return views
+
+
+def event_view(row: Any) -> dict[str, Any]:
     view = {"event_id": row.event_id, "sequence": row.sequence, "client_turn_id": row.client_turn_id,
             "kind": row.kind}
     if row.kind in ("user_message", "assistant_message"):
@@ -58,22 +90,34 @@ def event_view(row: Any) -> dict:
     return view
 
 
-def archive_detail(db: Session, archive_id: Any, after_sequence: int, limit: int,
-                   available: Availability) -> dict:
-    header = db.execute(text(f"SELECT {HEADER_COLUMNS} FROM bz_agent_conversation_archives WHERE id = :id"),  # noqa: S608 - constant identifiers, bound values
-                        {"id": archive_id}).first()
+def event_page(db: Session, archive_id: uuid.UUID, after_sequence: int, limit: int,
+               upto: int) -> tuple[list[Row[Any]], bool]:
+    """Events after `after_sequence` and none beyond `upto`, the `last_sequence` of the header the
+    caller read: each statement sees its own snapshot, and a batch committed after the header was
+    read must not show beyond it. (Events are append-only and a batch commits with its header
+    update, so everything up to a read header is there.)"""
+    rows = list(db.execute(text("""
+        SELECT sequence, event_id, client_turn_id, kind, content, status, run_id, member_session_id,
+               thread_id, created_at
+        FROM bz_agent_conversation_events
+        WHERE archive_id = :id AND sequence > :after AND sequence <= :upto
+        ORDER BY sequence LIMIT :limit"""),
+        {"id": archive_id, "after": after_sequence, "limit": limit + 1, "upto": upto}))
+    return rows[:limit], len(rows) > limit
+
+
+def archive_detail(db: Session, archive_id: uuid.UUID, after_sequence: int, limit: int,
+                   available: Availability) -> dict[str, Any]:
+    """The admin API's detail: header, members and one page of events; 404 for no such archive."""
+    header = archive_header(db, archive_id)
     if header is None:
         raise not_found()
-    bindings = ", client_app_id, client_name, route_key" if available.cross_binding else ""
-    members = db.execute(text(f"""
-        SELECT session_id, label, confirmed_at, principal, on_behalf_of{bindings}
-        FROM bz_agent_conversation_members WHERE archive_id = :id ORDER BY position"""),  # noqa: S608 - constant identifiers, bound values
-        {"id": archive_id})
+    members = member_views(db, archive_id, available)
     page, has_more = event_page(db, archive_id, after_sequence, limit, header.last_sequence)
     return {
         "schema": DETAIL_SCHEMA,
         "conversation": header_view(header),
-        "members": [member_view(m, available) for m in members],
+        "members": members,
         "events": [event_view(e) for e in page],
         "has_more": has_more,
         # Always a number: where the next page starts, even past the end.
@@ -81,7 +125,7 @@ def archive_detail(db: Session, archive_id: Any, after_sequence: int, limit: int
     }
 
 
-def run_audit_link(db: Session, run_id: Any, available: Availability) -> dict:
+def run_audit_link(db: Session, run_id: uuid.UUID, available: Availability) -> dict[str, Any]:
     """`conversation_audit_id` and `client_turn_id` of a run once an archive links it."""
     if not available.archives:
         return {}
@@ -102,8 +146,8 @@ def _like(value: str) -> str:
     return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def search_archives(db: Session, filters: dict[str, str], cursor: tuple | None,
-                    limit: int) -> tuple[list, tuple | None]:
+def search_archives(db: Session, filters: dict[str, str], cursor: SearchCursor | None,
+                    limit: int) -> tuple[list[Row[Any]], SearchCursor | None]:
     """Archives newest-updated first, filtered; keyset paging on (updated_at, id) so the hundredth
     page costs what the first does. Returns (rows, next cursor)."""
     where = ["TRUE"]
@@ -149,17 +193,8 @@ def search_archives(db: Session, filters: dict[str, str], cursor: tuple | None,
     return rows[:limit], next_cursor
 
 
-def event_page(db: Session, archive_id: Any, after_sequence: int, limit: int,
-               upto: int) -> tuple[list, bool]:
-    """Events after `after_sequence` and none beyond `upto`, the `last_sequence` of the header the
-    caller read: each statement sees its own snapshot, and a batch committed after the header was
-    read must not show beyond it. (Events are append-only and a batch commits with its header
-    update, so everything up to a read header is there.)"""
-    rows = list(db.execute(text("""
-        SELECT sequence, event_id, client_turn_id, kind, content, status, run_id, member_session_id,
-               thread_id, created_at
-        FROM bz_agent_conversation_events
-        WHERE archive_id = :id AND sequence > :after AND sequence <= :upto
-        ORDER BY sequence LIMIT :limit"""),
-        {"id": archive_id, "after": after_sequence, "limit": limit + 1, "upto": upto}))
-    return rows[:limit], len(rows) > limit
+def filter_choices(db: Session) -> tuple[list[str], list[str]]:
+    """The client app ids and the route keys the search can be filtered by, each sorted."""
+    apps = list(db.scalars(text("SELECT app_id FROM bz_client_apps ORDER BY app_id")))
+    routes = list(db.scalars(text("SELECT route_key FROM bz_routes ORDER BY route_key")))
+    return apps, routes

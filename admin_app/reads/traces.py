@@ -1,20 +1,79 @@
-"""Tool job traces: milestones, key names, approval state and business status; never argument
-values or business response bodies."""
+"""Run and tool-job traces (runs:read) for support staff, in the admin API and the console: a run,
+its visible messages, its tool jobs and its archive link; a job's milestones, key names, approval
+state and business status. Never argument values or business response bodies."""
 from __future__ import annotations
 
+import json
 import uuid
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..canonical import iso
 from ..conversation_audit.availability import Availability
-from ..conversation_audit.reads import run_audit_link
 from ..errors import ApiError
-from .models import Approval, Invocation, JournalEntry
+from ..invocations.models import Approval, Invocation, JournalEntry
+from ..runtime.models import Message, Run
+from ..validation import UUID_V1_5
+from .archives import run_audit_link
+
+# ------------------------------------------------------------------ run traces
 
 
-def job_view(db: Session, inv: Invocation) -> dict:
+def _found_run(db: Session, run_id: uuid.UUID) -> Run:
+    run = db.get(Run, run_id)
+    if run is None:
+        raise ApiError("run_not_found")
+    return run
+
+
+def run_trace(db: Session, run_id: uuid.UUID, available: Availability) -> dict[str, Any]:
+    return _run_trace_of(db, _found_run(db, run_id), available)
+
+
+def run_trace_with_context(db: Session, run_id: uuid.UUID,
+                           available: Availability) -> tuple[dict[str, Any], str]:
+    """The run trace and the context the hub answered the run with, as indented JSON: the
+    console's trace page shows both."""
+    run = _found_run(db, run_id)
+    return _run_trace_of(db, run, available), json.dumps(run.context, indent=2, ensure_ascii=False)
+
+
+def _run_trace_of(db: Session, run: Run, available: Availability) -> dict[str, Any]:
+    return {
+        "schema": "bailing.agent-run-trace.v1",
+        "run": {
+            "run_id": str(run.id),
+            "session_id": str(run.session_id),
+            "client_app_id": run.client_app_id,
+            "route_key": run.route_key,
+            "thread_id": run.thread_id,
+            "client_conversation_id": run.client_conversation_id,
+            "user_message_id": run.user_message_id,
+            "status": run.status,
+            "profile_revision": run.profile_revision,
+            "capability_revision": run.capability_revision,
+            "created_at": iso(run.created_at),
+            "completed_at": iso(run.completed_at),
+            # conversation_audit_id and client_turn_id appear once an archive links the run.
+            **run_audit_link(db, run.id, available),
+        },
+        "messages": visible_messages(db, run.id),
+        "jobs": jobs_of_run(db, run.id),
+    }
+
+
+def visible_messages(db: Session, run_id: uuid.UUID) -> list[dict[str, Any]]:
+    return [{"role": m.role, "message_id": m.message_id, "content": m.content, "created_at": iso(m.created_at)}
+            for m in db.scalars(select(Message).where(Message.run_id == run_id).order_by(Message.id))]
+
+
+# ------------------------------------------------------------------ tool job traces
+
+
+def job_view(db: Session, inv: Invocation) -> dict[str, Any]:
     approval = db.scalar(select(Approval).where(Approval.job_id == inv.id))
     journal = db.get(JournalEntry, inv.id)
     return {
@@ -41,20 +100,23 @@ def job_view(db: Session, inv: Invocation) -> dict:
     }
 
 
-def jobs_of_run(db: Session, run_id: uuid.UUID) -> list[dict]:
-    invocations = db.scalars(select(Invocation).where(Invocation.run_id == run_id)
-                             .order_by(Invocation.created_at, Invocation.id))
-    return [job_view(db, inv) for inv in invocations]
+def _invocations_of_run(db: Session, run_id: uuid.UUID) -> list[Invocation]:
+    return list(db.scalars(select(Invocation).where(Invocation.run_id == run_id)
+                           .order_by(Invocation.created_at, Invocation.id)))
 
 
-def job_trace(db: Session, job_ref: str, available: Availability) -> dict:
+def jobs_of_run(db: Session, run_id: uuid.UUID) -> list[dict[str, Any]]:
+    return [job_view(db, inv) for inv in _invocations_of_run(db, run_id)]
+
+
+def job_trace(db: Session, job_ref: str, available: Availability) -> dict[str, Any]:
     try:
         job_id = uuid.UUID(job_ref)
     except ValueError:
-        raise ApiError("job_not_found", "No such tool job.") from None
+        raise ApiError("job_not_found") from None
     inv = db.get(Invocation, job_id)
     if inv is None:
-        raise ApiError("job_not_found", "No such tool job.")
+        raise ApiError("job_not_found")
     job = job_view(db, inv)
     if inv.run_id is not None:
         job.update(run_audit_link(db, inv.run_id, available))
@@ -74,8 +136,8 @@ _WARNING_STATES = ("awaiting_approval", "denied", "business_rejected", "rejected
 _ERROR_STATES = ("reconciliation_required",)
 
 
-def trace_event(ts, event: str, stage: str, severity: str, title: str, summary: str, detail: dict,
-                source: str, tool_job_id: str | None = None) -> dict:
+def trace_event(ts: datetime | None, event: str, stage: str, severity: str, title: str, summary: str,
+                detail: dict[str, Any], source: str, tool_job_id: str | None = None) -> dict[str, Any]:
     item = {"ts": iso(ts), "event": event, "stage": stage, "severity": severity, "title": title,
             "summary": summary, "detail": detail, "source": source}
     if tool_job_id is not None:
@@ -83,7 +145,7 @@ def trace_event(ts, event: str, stage: str, severity: str, title: str, summary: 
     return item
 
 
-def _summary(*parts) -> str:
+def _summary(*parts: object) -> str:
     return " · ".join(str(p) for p in parts if p not in (None, ""))
 
 
@@ -94,11 +156,11 @@ def _state_severity(inv: Invocation) -> str:
     return "warning" if inv.status in _WARNING_STATES else "info"
 
 
-def _approval_number(approval: Approval):
+def _approval_number(approval: Approval) -> int | str:
     return getattr(approval, "number", None) or str(approval.id)
 
 
-def job_events(db: Session, inv: Invocation, approvals: list[Approval]) -> list[dict]:
+def job_events(db: Session, inv: Invocation, approvals: list[Approval]) -> list[dict[str, Any]]:
     """The governance events of one tool job, oldest first."""
     job_id = str(inv.id)
     base = {"tool": inv.tool, "scope": inv.scope, "route": inv.route_key,
@@ -120,7 +182,8 @@ def job_events(db: Session, inv: Invocation, approvals: list[Approval]) -> list[
                                       TRACE_SOURCE_HUB, job_id))
     journal = db.get(JournalEntry, inv.id)
     if journal is not None:
-        call = {"tool": inv.tool, "scope": inv.scope, "method": journal.method, "path": journal.path}
+        call: dict[str, Any] = {"tool": inv.tool, "scope": inv.scope, "method": journal.method,
+                                "path": journal.path}
         if inv.argument_keys:
             call["argument_keys"] = list(inv.argument_keys)
         events.append(trace_event(journal.started_at, "tool_call", "tool", "info", "Tool call",
@@ -133,7 +196,7 @@ def job_events(db: Session, inv: Invocation, approvals: list[Approval]) -> list[
                                       else "info", "Tool result",
                                       _summary(inv.tool, journal.http_status and f"HTTP {journal.http_status}"),
                                       result, TRACE_SOURCE_HUB, job_id))
-    state = {**base, "state": inv.status}
+    state: dict[str, Any] = {**base, "state": inv.status}
     if inv.business_status is not None:
         state["business_status"] = inv.business_status
     events.append(trace_event(inv.updated_at, "agent_tool_invocation_state", "tool", _state_severity(inv),
@@ -148,13 +211,13 @@ def approvals_of(db: Session, job_id: uuid.UUID) -> list[Approval]:
                            .order_by(Approval.created_at, Approval.id)))
 
 
-def elapsed_ms(start, end) -> int | None:
+def elapsed_ms(start: datetime | None, end: datetime | None) -> int | None:
     if start is None or end is None or end < start:
         return None
     return int((end - start).total_seconds() * 1000)
 
 
-def invocation_row(inv: Invocation, approvals: list[Approval], event_count: int) -> dict:
+def invocation_row(inv: Invocation, approvals: list[Approval], event_count: int) -> dict[str, Any]:
     """One invocation of a run trace."""
     latest = approvals[-1] if approvals else None
     executed = inv.status == "executed"
@@ -172,18 +235,16 @@ def invocation_row(inv: Invocation, approvals: list[Approval], event_count: int)
     return row
 
 
-def core_job_trace(db: Session, job_ref: str, available: Availability) -> dict:
+def core_job_trace(db: Session, job_ref: str, available: Availability) -> dict[str, Any]:
     """`GET /admin/api/runs/:job_id/trace`: the job, its events, approvals and the run's visible
     messages. Argument values are never kept by the hub, so `raw_input` is null."""
     try:
         job_id = uuid.UUID(job_ref)
     except ValueError:
-        raise ApiError("not_found", "Not found.") from None
+        raise ApiError("not_found") from None
     inv = db.get(Invocation, job_id)
     if inv is None:
-        raise ApiError("not_found", "Not found.")
-    from ..runtime.traces import visible_messages  # the runtime's traces build on this module
-
+        raise ApiError("not_found")
     approvals = approvals_of(db, inv.id)
     events = job_events(db, inv, approvals)
     messages = visible_messages(db, inv.run_id) if inv.run_id is not None else []
@@ -219,4 +280,80 @@ def core_job_trace(db: Session, job_ref: str, available: Availability) -> dict:
         "lookup": None,
         "debug_bundle": None,
         "debug_report": None,
+    }
+
+
+# ------------------------------------------------------------------ Core-shaped run trace
+
+SOURCE_AGENT = "local_agent"
+# The usage numbers a trace may show; anything else a client reported stays out.
+SAFE_USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "total_tokens",
+                   "tool_calls", "cost_usd")
+GOVERNANCE = {"planner": "local_agent", "execution": "bailinghub_governed",
+              "hidden_reasoning_sync": False, "tool_payloads": "summary_only"}
+
+
+def _usage(completion: dict[str, Any] | None) -> dict[str, Any] | None:
+    usage = (completion or {}).get("usage")
+    if not isinstance(usage, dict):
+        return None
+    kept = {k: usage[k] for k in SAFE_USAGE_KEYS
+            if type(usage.get(k)) in (int, float) and usage[k] >= 0}
+    return kept or None
+
+
+def _completion_text(completion: dict[str, Any] | None, key: str) -> str | None:
+    value = (completion or {}).get(key)
+    return value if isinstance(value, str) else None
+
+
+def agent_client_trace(db: Session, thread_ref: str, run_ref: str, available: Availability) -> dict[str, Any]:
+    """`GET /admin/api/threads/:thread_id/agent-runs/:run_id/trace`: the run, the events the hub
+    can rebuild for it, and its tool invocations. 404 unless the run is on that thread."""
+    run = db.get(Run, uuid.UUID(run_ref)) if UUID_V1_5.fullmatch(run_ref) else None
+    on_thread = thread_ref.isascii() and thread_ref.isdigit() and len(thread_ref) <= 19
+    if run is None or not on_thread or int(thread_ref) != run.thread_id:
+        raise ApiError("not_found")
+    completion = run.completion
+    model, runtime = _completion_text(completion, "model"), _completion_text(completion, "runtime")
+    updated_at = run.completed_at or run.created_at
+    events = [trace_event(run.created_at, "agent_client_run_started", "launch", "info",
+                          "Local agent started", "The local agent plans; the hub governs and audits",
+                          {"planner": "local_agent", "hidden_reasoning_sync": False}, SOURCE_AGENT)]
+    invocations = []
+    approvals_total = 0
+    for inv in _invocations_of_run(db, run.id):
+        approvals = approvals_of(db, inv.id)
+        approvals_total += len(approvals)
+        tool_events = job_events(db, inv, approvals)
+        events.extend(tool_events)
+        invocations.append(invocation_row(inv, approvals, len(tool_events)))
+    if run.completed_at is not None:
+        severity = {"completed": "info", "failed": "error"}.get(run.status, "warning")
+        events.append(trace_event(run.completed_at, "agent_client_run_completed", "delivery", severity,
+                                  "Local agent submitted its final reply",
+                                  " · ".join(v for v in (run.status, model, runtime) if v),
+                                  {"status": run.status}, SOURCE_AGENT))
+    events.sort(key=lambda e: e["ts"])  # stable: same-time events keep their order
+    summary: dict[str, Any] = {"event_count": len(events), "tool_invocations": len(invocations),
+                               "approvals": approvals_total,
+                               "warning_count": sum(e["severity"] == "warning" for e in events),
+                               "error_count": sum(e["severity"] == "error" for e in events)}
+    duration = elapsed_ms(run.created_at, updated_at)
+    if duration is not None:
+        summary["duration_ms"] = duration
+    summary["partial"] = False
+    return {
+        "kind": "agent_client_run",
+        "run": {
+            "run_id": str(run.id), "thread_id": run.thread_id, "client_app_id": run.client_app_id,
+            "route_key": run.route_key, "status": run.status, "model": model, "runtime": runtime,
+            "usage": _usage(completion), "created_at": iso(run.created_at),
+            "updated_at": iso(updated_at), "completed_at": iso(run.completed_at),
+            "governance": dict(GOVERNANCE),
+            # conversation_audit_id and client_turn_id appear once an archive links the run.
+            **run_audit_link(db, run.id, available),
+        },
+        "trace": {"summary": summary, "events": events},
+        "invocations": invocations,
     }

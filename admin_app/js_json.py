@@ -25,9 +25,11 @@ def number(value: int | float) -> str:
         return "0"
     sign = "-" if x < 0 else ""
     digits_tuple = Decimal(repr(abs(x))).normalize().as_tuple()
+    exponent = digits_tuple.exponent
+    assert isinstance(exponent, int)  # only NaN and the infinities have a letter here, and they returned above
     s = "".join(str(d) for d in digits_tuple.digits)
     k = len(s)
-    n = k + digits_tuple.exponent
+    n = k + exponent
     if k <= n <= 21:
         out = s + "0" * (n - k)
     elif 0 < n <= 21:
