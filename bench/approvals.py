@@ -12,6 +12,7 @@ Targets: huge/tiny median time under 1.5 for both faces; the console page under 
 """
 from __future__ import annotations
 
+import hashlib
 import argparse
 import json
 import re
@@ -64,7 +65,8 @@ def fill_queue(hub_url: str, session: dict, count: int, chars: int) -> int:
     for i in range(count):
         csv = order_file(chars, i) if chars > 100 else "C-100234,ABC-1001,2,19.99,EUR\n"
         arguments = {"file_name": f"orders-{i}.csv", "csv": csv}
-        envelope = {"invocation_id": f"import-{i}", "route": "desk", "capability_revision": revision,
+        invocation_id = hashlib.sha256(f"import-{i}".encode()).hexdigest()  # 64 lowercase hex, as the API wants
+        envelope = {"invocation_id": invocation_id, "route": "desk", "capability_revision": revision,
                     "tool": "order_import", "arguments": arguments}
         out = expect(http.post(hub_url + "/agent-api/v1/tool-invocations", timeout=120,
                                data=json.dumps(envelope).encode("utf-8"),
