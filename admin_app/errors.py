@@ -9,8 +9,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from flask import Flask, Response, jsonify, request
-from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from flask import Flask, Response, current_app, jsonify, request
+from werkzeug.exceptions import HTTPException, InternalServerError, MethodNotAllowed
 
 from .error_codes import CODES
 from .surfaces import AGENT_API, internal_error_code, is_api_path
@@ -83,6 +83,16 @@ _HTTP_CODES = {
 }
 
 
+# Paths outside the APIs get an HTML page: the console puts its renderer
+# (HTTPException -> Response) in app.extensions under this name; without one, Werkzeug's page.
+ERROR_PAGE = "bailing_error_page"
+
+
+def _page(err: HTTPException) -> HTTPException | Response:
+    render = current_app.extensions.get(ERROR_PAGE)
+    return render(err) if render is not None else err
+
+
 def register_error_handlers(app: Flask, agent_bearer_is_valid: Callable[[], bool]) -> None:
     """`agent_bearer_is_valid` comes from the API package: as upstream Core, a path of the agent
     API that does not exist is a 404 only for a valid bearer, else a 401."""
@@ -94,7 +104,7 @@ def register_error_handlers(app: Flask, agent_bearer_is_valid: Callable[[], bool
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException) -> HTTPException | Response:
         if not is_api_path(request.path):
-            return err
+            return _page(err)
         if err.code == 404 and request.path.startswith(AGENT_API.root + "/"):
             if not agent_bearer_is_valid():
                 return error_response(unauthorized())
@@ -106,9 +116,9 @@ def register_error_handlers(app: Flask, agent_bearer_is_valid: Callable[[], bool
         return error_response(api_err)
 
     @app.errorhandler(Exception)
-    def _unexpected(err: Exception) -> Response | tuple[str, int]:
+    def _unexpected(err: Exception) -> HTTPException | Response:
         # Flask calls error handlers inside its own `except` block, so the traceback is there to log.
         log.exception("unhandled error on %s %s", request.method, request.path)  # noqa: LOG004
         if is_api_path(request.path):
             return error_response(ApiError(internal_error_code(request.path)))
-        return "Internal server error.", 500
+        return _page(InternalServerError())

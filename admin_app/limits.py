@@ -113,3 +113,6 @@ APPROVAL_REASON_MAX = 2000
 PASSWORD_LENGTH = (12, 1024)
 TOKEN_DAYS_DEFAULT = 90
 TOKEN_DAYS_MAX = 3650
+
+# ---------------------------------------------------------------- console support triage
+RUN_LOOKUP_LENGTH = (4, 191)                   # an ID prefix long enough to narrow, and a cap

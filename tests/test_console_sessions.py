@@ -33,8 +33,10 @@ def console_routes(app) -> list[tuple[str, str]]:
             continue
         path = rule.rule
         for name in rule.arguments:
-            path = re.sub(rf"<(?:[a-z]+:)?{name}>", "nobody" if name == "username" else
-                          "00000000-0000-4000-8000-000000000000", path)
+            kind = re.search(rf"<(?:([a-z]+):)?{name}>", path).group(1)
+            value = ("nobody" if name == "username" else "1" if kind == "int" else
+                     "00000000-0000-4000-8000-000000000000")
+            path = re.sub(rf"<(?:[a-z]+:)?{name}>", value, path)
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             routes.append((method, path))
     assert len(routes) > 20

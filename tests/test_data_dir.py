@@ -18,6 +18,8 @@ import pytest
 
 from admin_app import create_app, embedded_pg
 
+# Every test here runs its own embedded servers (or none), whatever server the suite uses.
+pytestmark = pytest.mark.own_servers
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import run_cli_process
 
 
@@ -11,6 +13,7 @@ def _postmaster_pid(data_dir) -> int:
     return int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
 
 
+@pytest.mark.own_servers
 def test_embedded_server_starts_on_first_use_is_shared_and_stops_on_request(tmp_path):
     data_dir = tmp_path / "var"
     try:
@@ -45,6 +48,7 @@ def test_db_stop_with_an_external_database_is_refused(empty_db):
     assert '"error": "invalid_request"' in result.stderr
 
 
+@pytest.mark.own_servers
 def test_processes_starting_together_on_a_new_data_folder_share_one_server(tmp_path):
     """As gunicorn workers or test workers do on a first start: one initialises the folder while
     the others wait, and all of them end up on the same server."""

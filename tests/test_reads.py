@@ -14,7 +14,7 @@ import pytest
 
 from admin_app.conversation_audit.availability import Availability
 from admin_app.errors import ApiError
-from admin_app.reads import archives, traces
+from admin_app.reads import archives, search, traces
 
 FULL = Availability(archives=True, cross_binding=True)
 V1_ONLY = Availability(archives=True, cross_binding=False)
@@ -173,7 +173,7 @@ def test_search_archives_keyset_pages_return_every_archive_exactly_once(db, sql,
     made = {archive(sql, creator, updated_at=T0 + timedelta(minutes=i // 3)) for i in range(8)}
     seen, cursor, pages = [], None, 0
     while True:
-        rows, cursor = archives.search_archives(db, {}, cursor, 3)
+        rows, cursor = search.search_archives(db, {}, cursor, 3)
         seen += [(r.updated_at, r.id) for r in rows]
         pages += 1
         if cursor is None:
@@ -190,16 +190,16 @@ def test_search_archives_filters_and_pages_on_what_matches(db, sql, client_app):
               for i in range(3)]
     archive(sql, creator, conversation="orderX1")  # `_` is a literal character, not a wildcard
     archive(sql, creator, conversation="order_9", state="enrolling")
-    rows, cursor = archives.search_archives(db, {"q": "order_", "state": "ready"}, None, 2)
+    rows, cursor = search.search_archives(db, {"q": "order_", "state": "ready"}, None, 2)
     assert [r.id for r in rows] == [wanted[2], wanted[1]] and cursor is not None
-    rows, cursor = archives.search_archives(db, {"q": "order_", "state": "ready"}, cursor, 2)
+    rows, cursor = search.search_archives(db, {"q": "order_", "state": "ready"}, cursor, 2)
     assert ([r.id for r in rows], cursor) == ([wanted[0]], None)
 
 
 def test_filter_choices_are_every_app_and_route_sorted(db, sql, client_app):
     sql("INSERT INTO bz_client_apps (app_id, name) VALUES ('aa-app', 'A')")
     sql("INSERT INTO bz_routes (route_key, name) VALUES ('zz-route', 'Z'), ('bb-route', 'B')")
-    apps, routes = archives.filter_choices(db)
+    apps, routes = search.filter_choices(db)
     assert apps == sorted(apps) and {"aa-app", APP} <= set(apps)
     assert routes == sorted(routes) and {"bb-route", "zz-route"} <= set(routes)
 

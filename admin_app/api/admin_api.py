@@ -25,12 +25,13 @@ from .query import clamped_int_param, int_param, query_params
 bp = Blueprint("admin_api", __name__, url_prefix=surfaces.ADMIN_API.prefix)
 
 
-def recorded(action: str, target) -> None:
+def recorded(action: str, target, sequences: tuple[int, int] | None = None) -> None:
     """A sensitive read, in the access log with the admin and the token that made it; written in
     the request's transaction, so it commits with the answer and a refusal records nothing."""
     bearer = bearer_from_header(request.headers.get("Authorization"))
     assert bearer is not None  # admin_permission_required authenticated this very header
-    access_log.record_api_read(g.db, g.admin.id, g.admin.username, bearer, action, str(target))
+    access_log.record_api_read(g.db, g.admin.id, g.admin.username, bearer, action, str(target),
+                               sequences=sequences)
 
 
 @bp.get("/me")
@@ -77,7 +78,9 @@ def conversation_audit(archive_id: str):
     after = clamped_int_param(params, "after_sequence", 0, 0, SAFE_INTEGER_MAX)
     limit = clamped_int_param(params, "limit", *archive_reads.EVENTS_LIMIT)
     detail = archive_reads.archive_detail(g.db, archive, after, limit, available)
-    recorded("transcript_view", archive)  # each page read is a read of the transcript
+    events = detail["events"]  # each page read is a read of the transcript, and names its range
+    recorded("transcript_view", archive,
+             (events[0]["sequence"], events[-1]["sequence"]) if events else None)
     return jsonify(detail)
 
 

@@ -6,28 +6,50 @@ from zoneinfo import ZoneInfo
 
 from flask import Flask, current_app
 
-from . import admins, approvals, auth, conversations, runs, security
+from . import access_log, admins, approvals, auth, conversations, delivery, error_pages, runs, security, text
 
 
 def init_app(app: Flask) -> None:
     security.init_app(app)
+    delivery.init_app(app)  # compression, fingerprinted static URLs
+    error_pages.init_app(app)
     app.jinja_env.filters["display_time"] = display_time
     app.jinja_env.filters["filesize"] = filesize
+    app.jinja_env.filters["duration"] = duration
+    app.jinja_env.filters["reveal"] = text.reveal  # hidden characters shown as markers
+    app.jinja_env.filters["markdown"] = text.markdown
     app.register_blueprint(auth.bp)
     app.register_blueprint(conversations.bp)
     app.register_blueprint(approvals.bp)
     app.register_blueprint(runs.bp)
+    app.register_blueprint(access_log.bp)
     app.register_blueprint(admins.bp)
 
 
-def display_time(value: str) -> str:
-    """An RFC 3339 time in the console's declared zone (BAILING_DISPLAY_TIMEZONE)."""
+def display_time(value: str, precise: bool = False) -> str:
+    """An RFC 3339 time in the console's declared zone (BAILING_DISPLAY_TIMEZONE); to the
+    millisecond if `precise`."""
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except (ValueError, AttributeError):
         return str(value)
     zone = current_app.config.get("DISPLAY_TIMEZONE", "UTC")
-    return moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S ") + zone
+    local = moment.astimezone(ZoneInfo(zone))
+    if precise:
+        return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d} " + zone
+    return local.strftime("%Y-%m-%d %H:%M:%S ") + zone
+
+
+def duration(ms: int | None) -> str:
+    """Milliseconds as a person reads them: 85 ms, 1.204 s, 3 min 05 s."""
+    if ms is None:
+        return "—"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.3f} s"
+    minutes, seconds = divmod(ms // 1000, 60)
+    return f"{minutes} min {seconds:02d} s"
 
 
 def filesize(value: float) -> str:

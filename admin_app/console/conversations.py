@@ -1,76 +1,188 @@
-"""Conversations (runs:read): the archive list with filters kept in the URL, the detail page with
-members and the transcript loaded page by page as the reader scrolls, and a streamed export."""
+"""Conversations (runs:read): the archive list and the content search (reads/search.py) with
+filters kept in the URL, the detail page with members and the transcript loaded page by page as
+the reader scrolls, and a streamed export."""
 from __future__ import annotations
 
 import json
 import re
 import uuid
 from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
 
-from flask import Blueprint, Response, abort, render_template, request, stream_with_context
+from flask import Blueprint, Response, abort, render_template, request, stream_with_context, url_for
 
+from .. import limits
 from ..conversation_audit.archives import header_view
 from ..conversation_audit.availability import probe
 from ..reads import archives
+from ..reads import search as finder
+from . import text
 from .paging import Keyset, more_url, rows_only
-from .security import database, permission_required, record_read
+from .security import database, is_htmx, permission_required, record_read
 
 bp = Blueprint("console_conversations", __name__, url_prefix="/console/conversations")
 
 PAGE = 50
-EVENTS_PAGE = 200
+MESSAGES_PAGE = 50
+# The transcript. A page shows a window of events around its target and loads more in either
+# direction as the reader scrolls.
+WINDOW = 200            # events on a page when it opens, and in each page loaded after
+WINDOW_BEFORE = 50      # of which before the target, unless the target is near the end
+MAX_SEQUENCE = 2**31 - 1
+LONG_CHARS, LONG_LINES = 2000, 30  # a message longer than this opens collapsed
+HITS_PAGE = 50          # hits of a search inside a transcript, per page
+QUERY_MAX = 200         # characters of a search inside a transcript
+COUNT_CAP = 1000        # hits counted exactly; beyond, "more than 1,000"
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{1,63}$")
 STATES = ("enrolling", "ready")
 TURN_STATUSES = ("none", "running", "completed", "failed", "cancelled")
-ARCHIVES = Keyset("conversations", (datetime, uuid.UUID))  # the list's cursor: (updated_at, id)
+DATE_FIELDS = ("updated", "created")
+DIRECTIONS = ("desc", "asc")
+Q_MAX = 200
+# One cursor per sort and direction, so a cursor of one order is refused by another. The default
+# order (updated, newest first) keeps the list's first cursor name.
+ARCHIVES = Keyset("conversations", (datetime, uuid.UUID))
+ORDERS = {("updated", "desc"): ARCHIVES,
+          ("updated", "asc"): Keyset("conversations-updated-asc", (datetime, uuid.UUID)),
+          ("created", "desc"): Keyset("conversations-created-desc", (datetime, uuid.UUID)),
+          ("created", "asc"): Keyset("conversations-created-asc", (datetime, uuid.UUID)),
+          ("events", "desc"): Keyset("conversations-events-desc", (int, uuid.UUID)),
+          ("events", "asc"): Keyset("conversations-events-asc", (int, uuid.UUID))}
+MESSAGES = Keyset("conversation-messages", (uuid.UUID, int))  # (archive id, sequence)
+SORT_NAMES = {"updated": "Updated", "created": "Created", "events": "Events"}
 
 
-def _filters() -> dict[str, str]:
-    """Filters from the URL; values that do not fit are dropped rather than trusted."""
-    raw = {k: request.args.get(k, "").strip() for k in archives.FILTERS}
-    clean = {}
-    if raw["state"] in STATES:
-        clean["state"] = raw["state"]
-    if raw["status"] in TURN_STATUSES:
-        clean["status"] = raw["status"]
-    for key in ("app", "route"):
-        if re.match(r"^[a-z0-9][a-z0-9_-]{1,63}$", raw[key]):
-            clean[key] = raw[key]
-    for key in ("from", "to"):
-        if DATE.match(raw[key]):
+def _one_of(errors: list[str], label: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        errors.append(f"{label}: “{value}” is not one of {', '.join(allowed)}.")
+
+
+def _filters() -> tuple[dict[str, str], list[str]]:
+    """Filters from the URL (given values only, as they are kept in every link) and an error for
+    each value that does not fit: shown on the page with a 400, never silently dropped."""
+    keys = (*finder.FILTERS, "sort", "dir")
+    given = {k: request.args.get(k, "").strip() for k in keys if request.args.get(k, "").strip()}
+    errors: list[str] = []
+    # (Control characters never get here: the console refuses them in any query string.)
+    for key, label, most in (("q", "Search", Q_MAX), ("principal", "Principal", limits.PRINCIPAL_FIELD_MAX["id"]),
+                             ("tenant", "Tenant", limits.PRINCIPAL_FIELD_MAX["tenant"])):
+        if len(given.get(key, "")) > most:
+            errors.append(f"{label}: at most {most} characters.")
+    for key, label, allowed in (("state", "State", STATES), ("status", "Last turn", TURN_STATUSES),
+                                ("date", "Date", DATE_FIELDS), ("sort", "Sort", tuple(finder.SORTS)),
+                                ("dir", "Direction", DIRECTIONS)):
+        if key in given:
+            _one_of(errors, label, given[key], allowed)
+    for key, label in (("app", "App"), ("route", "Route")):
+        if key in given and not NAME.match(given[key]):
+            errors.append(f"{label}: “{given[key]}” is not an id.")
+    for key, label in (("from", "From"), ("to", "To")):
+        if key in given:
             try:
-                datetime.strptime(raw[key], "%Y-%m-%d")
-                clean[key] = raw[key]
+                if not DATE.match(given[key]):
+                    raise ValueError
+                datetime.strptime(given[key], "%Y-%m-%d")
             except ValueError:
-                pass
-    if raw["q"]:
-        clean["q"] = raw["q"][:200]
-    return clean
+                errors.append(f"{label}: “{given[key]}” is not a date (YYYY-MM-DD).")
+    if not errors and given.get("from", "") > given.get("to", "9999"):
+        errors.append("From is after To.")
+    return given, errors
 
 
-def _cursor() -> archives.SearchCursor | None:
-    """Where this page starts (None: the first page); a cursor of another list is a 400 page."""
-    return ARCHIVES.from_request()
+def _order(filters: dict[str, str]) -> tuple[str, str]:
+    return filters.get("sort", "updated"), filters.get("dir", "desc")
+
+
+def _sort_links(filters: dict[str, str]) -> dict[str, dict[str, str | None]]:
+    """Each sortable column's header link (a new column sorts descending first, the sorted one
+    flips) and its aria-sort."""
+    current, direction = _order(filters)
+    base: dict[str, Any] = {k: v for k, v in filters.items() if k not in ("sort", "dir")}
+    links: dict[str, dict[str, str | None]] = {}
+    for key, label in SORT_NAMES.items():
+        flip = "asc" if key == current and direction == "desc" else "desc"
+        links[key] = {"label": label, "url": url_for(".index", **base, sort=key, dir=flip),
+                      "aria": ("descending" if direction == "desc" else "ascending") if key == current else None}
+    return links
 
 
 def _unavailable():
     return render_template("console/unavailable.html"), 503
 
 
+def _page(status: int = 200, **values):
+    for key, empty in (("items", []), ("hits", []), ("total", None), ("hits_total", None), ("more", None),
+                       ("hits_more", None)):
+        values.setdefault(key, empty)
+    return render_template("console/conversations.html", states=STATES, turn_statuses=TURN_STATUSES,
+                           date_fields=DATE_FIELDS, content_min=finder.CONTENT_MIN_CHARS,
+                           sorts=_sort_links(values["filters"]) if not values.get("errors") else {},
+                           **values), status
+
+
+def _search_target(filters: dict[str, str]) -> str:
+    """A search that showed message text, as the access log names it: its filters as a query
+    string (the list's URL without the page's cursor), so the log links back to the same search."""
+    return urlencode({k: v for k, v in filters.items() if k not in ("sort", "dir")})
+
+
+def _hits(db, filters: dict[str, str], after):
+    rows, next_key = finder.search_messages(db, filters, after, MESSAGES_PAGE)
+    return [finder.hit_view(r, filters["q"]) for r in rows], more_url(".messages", MESSAGES, next_key, filters)
+
+
 @bp.get("/")
 @permission_required("runs:read")
 def index():
-    filters, after = _filters(), _cursor()
+    """The archive list, and with a search of CONTENT_MIN_CHARS or more, the messages holding it:
+    one search box finds IDs, conversations, labels and message text."""
+    filters, errors = _filters()
+    keyset = ORDERS.get(_order(filters), ARCHIVES)
+    after = keyset.from_request()
     with database().session() as db:
         if not probe(db).archives:
             return _unavailable()
-        rows, next_key = archives.search_archives(db, filters, after, PAGE)
-        apps, routes = archives.filter_choices(db)
-    more = more_url(".index", ARCHIVES, next_key, filters)
-    items = [header_view(r) for r in rows]
-    template = "console/partials/conversation_rows.html" if rows_only() else "console/conversations.html"
-    return render_template(template, items=items, more=more, filters=filters, apps=apps, routes=routes,
-                           states=STATES, turn_statuses=TURN_STATUSES)
+        apps, routes = finder.filter_choices(db)
+        if errors:
+            return _page(400, filters=filters, errors=errors, apps=apps, routes=routes)
+        sort, direction = _order(filters)
+        rows, next_key = finder.search_archives(db, filters, after, PAGE, sort=sort, descending=direction == "desc")
+        more = more_url(".index", keyset, next_key, filters)
+        items = [header_view(r) for r in rows]
+        if rows_only():
+            return render_template("console/partials/conversation_rows.html", items=items, more=more)
+        total = finder.count_archives(db, filters)
+        hits, hits_more, hits_total = [], None, None
+        if finder.searches_content(filters):
+            hits, hits_more = _hits(db, filters, None)
+            hits_total = finder.count_messages(db, filters)
+            record_read(db, "message_search", _search_target(filters))
+    return _page(filters=filters, items=items, more=more, total=total, hits=hits, hits_more=hits_more,
+                 hits_total=hits_total, apps=apps, routes=routes)
+
+
+@bp.get("/messages")
+@permission_required("runs:read")
+def messages():
+    """More messages of a content search (the list's "load more"); opened as a link, the page of
+    messages alone from that cursor on."""
+    filters, errors = _filters()
+    after = MESSAGES.from_request()
+    if not errors and not finder.searches_content(filters):
+        errors.append(f"Search: message text is searched from {finder.CONTENT_MIN_CHARS} characters on.")
+    with database().session() as db:
+        if not probe(db).archives:
+            return _unavailable()
+        apps, routes = finder.filter_choices(db)
+        if errors:
+            return _page(400, filters=filters, errors=errors, apps=apps, routes=routes)
+        hits, hits_more = _hits(db, filters, after)
+        record_read(db, "message_search", _search_target(filters))
+    if rows_only():
+        return render_template("console/partials/message_hits.html", hits=hits, hits_more=hits_more)
+    return _page(filters=filters, hits=hits, hits_more=hits_more, hits_only=True, apps=apps, routes=routes)
 
 
 def _archive(db, archive_id: str):
@@ -84,40 +196,120 @@ def _archive(db, archive_id: str):
     return row
 
 
+def _number(name: str, minimum: int) -> int | None:
+    """A sequence parameter: None when absent, a 400 page when it is not a whole number in range."""
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10 and minimum <= int(raw) <= MAX_SEQUENCE):
+        abort(400, description=f"“{name}” must be a sequence number, a whole number from {minimum} "
+                               f"to {MAX_SEQUENCE}.")
+    return int(raw)
+
+
+def _at(last: int) -> int:
+    """The target of `?at=`: a sequence of this transcript or `end`; 0 for none (from the start)."""
+    raw = request.args.get("at")
+    if raw is None or raw == "":
+        return 0
+    if raw == "end":
+        return last
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10 and 1 <= int(raw) <= max(last, 1)):
+        abort(400, description=f"“at” must be a sequence of this transcript, from 1 to {max(last, 1)}, "
+                               "or “end”.")
+    return int(raw)
+
+
+def _view() -> str | None:
+    return "markdown" if request.args.get("view") == "markdown" else None
+
+
+def _event_views(rows) -> list[dict]:
+    views = []
+    for row in rows:
+        view = archives.event_view(row)
+        content = view.get("content") or ""
+        view["long"] = len(content) > LONG_CHARS or content.count("\n") >= LONG_LINES
+        views.append(view)
+    return views
+
+
+def _sequences(rows) -> tuple[int, int] | None:
+    return (rows[0].sequence, rows[-1].sequence) if rows else None
+
+
 @bp.get("/<archive_id>")
 @permission_required("runs:read")
 def detail(archive_id: str):
-    at = request.args.get("at", "")
-    start = int(at) - 1 if at.isascii() and at.isdigit() and 0 < int(at) <= 2**31 - 1 else 0
     with database().session() as db:
         available = probe(db)
         if not available.archives:
             return _unavailable()
         header = _archive(db, archive_id)
+        last = header.last_sequence
+        at = _at(last)
         members = archives.member_views(db, header.id, available, confirmed_at=True)
-        events, more = archives.event_page(db, header.id, start, EVENTS_PAGE, header.last_sequence)
-        record_read(db, "transcript_view", str(header.id))
+        if at:
+            before = max(WINDOW_BEFORE, WINDOW - (last - at + 1))
+            rows, earlier, more = archives.event_window(db, header.id, at, before, WINDOW - before, last)
+        else:
+            (rows, more), earlier = archives.event_page(db, header.id, 0, WINDOW, last), False
+        record_read(db, "transcript_view", str(header.id), sequences=_sequences(rows))
     return render_template("console/conversation.html", conversation=header_view(header), members=members,
-                           events=[archives.event_view(e) for e in events], more=more, start=start,
-                           next_after=events[-1].sequence if events else start)
+                           events=_event_views(rows), at=at, earlier=earlier, more=more, view=_view(),
+                           first_seq=rows[0].sequence if rows else 0,
+                           next_after=rows[-1].sequence if rows else 0)
 
 
 @bp.get("/<archive_id>/events")
 @permission_required("runs:read")
 def events_page(archive_id: str):
-    """The next page of the transcript, as an htmx fragment (keyset on the sequence)."""
-    after = request.args.get("after", "0")
-    if not (after.isascii() and after.isdigit()) or int(after) > 2**31 - 1:
-        abort(400)
+    """More of the transcript as an htmx fragment: `after=N` the events after N, `before=N` those
+    just before N (keyset on the sequence either way)."""
+    before, after = _number("before", 1), _number("after", 0)
+    if before is not None and after is not None:
+        abort(400, description="Ask for the events “before” a sequence or “after” it, not both.")
     with database().session() as db:
         if not probe(db).archives:
             return _unavailable()
         header = _archive(db, archive_id)
-        events, more = archives.event_page(db, header.id, int(after), EVENTS_PAGE, header.last_sequence)
-        record_read(db, "transcript_view", str(header.id))  # each page read is a read of the transcript
+        if before is not None:
+            rows, earlier = archives.events_before(db, header.id, before, WINDOW, header.last_sequence)
+            more = None
+        else:
+            rows, more = archives.event_page(db, header.id, after or 0, WINDOW, header.last_sequence)
+            earlier = False
+        record_read(db, "transcript_view", str(header.id), sequences=_sequences(rows))
     return render_template("console/partials/events.html", conversation=header_view(header),
-                           events=[archives.event_view(e) for e in events], more=more,
-                           next_after=events[-1].sequence if events else int(after))
+                           events=_event_views(rows), at=0, earlier=earlier, more=more, view=_view(),
+                           backwards=before is not None, first_seq=rows[0].sequence if rows else before,
+                           next_after=rows[-1].sequence if rows else (after or 0))
+
+
+@bp.get("/<archive_id>/search")
+@permission_required("runs:read")
+def search(archive_id: str):
+    """The messages of one transcript that contain `q`, with a count, keyset-paged on the sequence:
+    an htmx fragment for the search box, the same list as a page when opened as a link."""
+    query = request.args.get("q", "").strip()
+    if not query:
+        abort(400, description="Type the words to look for in this transcript.")
+    if len(query) > QUERY_MAX:
+        abort(400, description=f"A search inside a transcript is at most {QUERY_MAX} characters.")
+    after = _number("after", 0) or 0
+    with database().session() as db:
+        if not probe(db).archives:
+            return _unavailable()
+        header = _archive(db, archive_id)
+        rows, more, total = archives.search_in_archive(db, header.id, query, after, HITS_PAGE,
+                                                       header.last_sequence, COUNT_CAP)
+        record_read(db, "transcript_view", str(header.id))
+    hits = [{"sequence": r.sequence, "kind": r.kind, "snippet": text.snippet(r.content, query)} for r in rows]
+    template = "console/partials/transcript_hits.html" if is_htmx() else "console/transcript_search.html"
+    return render_template(template, conversation=header_view(header), hits=hits, total=total, q=query,
+                           count_cap=COUNT_CAP,
+                           after=after, more=more, view=_view(),
+                           next_after=rows[-1].sequence if rows else after)
 
 
 @bp.get("/<archive_id>/export.json")

@@ -9,6 +9,8 @@ adds no row. Flask-Login's "strong" session protection is off: it binds to X-For
 any client can set."""
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import secrets
 from datetime import timedelta
@@ -111,9 +113,29 @@ def _to_login():
 
 
 def csrf_token() -> str:
+    """The session's CSRF token as a page shows it: masked by a fresh random pad each time, so the
+    secret's bytes never repeat in a compressed page (BREACH) while the session keeps one token."""
     if "csrf" not in session:
         session["csrf"] = secrets.token_urlsafe(32)
-    return session["csrf"]
+    raw = session["csrf"].encode("ascii")
+    pad = secrets.token_bytes(len(raw))
+    masked = base64.urlsafe_b64encode(pad + bytes(a ^ b for a, b in zip(raw, pad)))
+    return masked.rstrip(b"=").decode("ascii")
+
+
+def _csrf_matches(sent: str, expected: str) -> bool:
+    """`sent` is the session's token, masked (as pages show it) or as it is."""
+    raw = expected.encode("ascii")
+    candidate = sent.encode("utf-8", "replace")
+    try:
+        masked = (base64.urlsafe_b64decode(candidate + b"=" * (-len(candidate) % 4))
+                  if len(candidate) > len(raw) else b"")
+    except (binascii.Error, ValueError):
+        masked = b""
+    if len(masked) == 2 * len(raw):
+        pad, body = masked[:len(raw)], masked[len(raw):]
+        candidate = bytes(a ^ b for a, b in zip(body, pad))
+    return secrets.compare_digest(candidate, raw)
 
 
 def init_app(app: Flask) -> None:
@@ -133,8 +155,7 @@ def init_app(app: Flask) -> None:
         if request.method in UNSAFE and request.path.startswith("/console"):
             sent = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token", "")
             expected = session.get("csrf")
-            if not expected or not secrets.compare_digest(sent.encode("utf-8", "replace"),
-                                                          expected.encode("utf-8")):
+            if not expected or not _csrf_matches(sent, expected):
                 abort(400, description="The form has expired or did not come from this console. "
                                        "Reload the page and try again.")
 
@@ -182,9 +203,11 @@ def login_required(view):
     return wrapper
 
 
-def record_read(db, action: str, target: str) -> None:
-    """Sensitive reads are audited like writes: who opened what, when (in the read's transaction)."""
-    access_log.record_console_read(db, current_user.admin_id, current_user.username, action, target)
+def record_read(db, action: str, target: str, sequences: tuple[int, int] | None = None) -> None:
+    """Sensitive reads are audited like writes: who opened what, when (in the read's transaction),
+    and for a transcript page the first and last sequence it showed."""
+    access_log.record_console_read(db, current_user.admin_id, current_user.username, action, target,
+                                   sequences=sequences)
 
 
 def is_htmx() -> bool:

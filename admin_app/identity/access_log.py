@@ -12,25 +12,34 @@ from sqlalchemy.orm import Session
 from . import tokens
 
 ACTIONS = frozenset({"transcript_view", "transcript_export", "snapshot_view", "snapshot_download",
-                     "run_trace_view", "job_trace_view"})
+                     "run_trace_view", "job_trace_view", "access_log_export", "message_search"})
+
+# The first and last sequence a read showed (a page of a transcript), or None for a whole record.
+Sequences = tuple[int, int] | None
 
 
 def _insert(db: Session, admin_id: int, username: str, action: str, target: str, channel: str,
-            token_hash: str | None) -> None:
+            token_hash: str | None, sequences: Sequences) -> None:
     if action not in ACTIONS:
         raise ValueError(f"unknown access-log action {action!r}")
-    db.execute(text("INSERT INTO bz_access_log (admin_id, username, action, target, channel, admin_token_id) "
+    first, last = sequences if sequences is not None else (None, None)
+    if sequences is not None and not (isinstance(first, int) and isinstance(last, int) and first <= last):
+        raise ValueError(f"access-log sequences must be (first, last) with first <= last, not {sequences!r}")
+    db.execute(text("INSERT INTO bz_access_log (admin_id, username, action, target, channel, admin_token_id, "
+                    "                           first_sequence, last_sequence) "
                     "VALUES (:admin, :user, :action, :target, :channel, "
-                    "        (SELECT id FROM bz_admin_tokens WHERE token_hash = :token))"),
+                    "        (SELECT id FROM bz_admin_tokens WHERE token_hash = :token), :first, :last)"),
                {"admin": admin_id, "user": username, "action": action, "target": target,
-                "channel": channel, "token": token_hash})
+                "channel": channel, "token": token_hash, "first": first, "last": last})
 
 
-def record_console_read(db: Session, admin_id: int, username: str, action: str, target: str) -> None:
-    _insert(db, admin_id, username, action, target, "console", None)
+def record_console_read(db: Session, admin_id: int, username: str, action: str, target: str,
+                        sequences: Sequences = None) -> None:
+    _insert(db, admin_id, username, action, target, "console", None, sequences)
 
 
-def record_api_read(db: Session, admin_id: int, username: str, bearer: str, action: str, target: str) -> None:
+def record_api_read(db: Session, admin_id: int, username: str, bearer: str, action: str, target: str,
+                    sequences: Sequences = None) -> None:
     """`bearer` is the admin token the request was authenticated with (in this transaction)."""
-    _insert(db, admin_id, username, action, target, "api", tokens.hash_token(bearer))
+    _insert(db, admin_id, username, action, target, "api", tokens.hash_token(bearer), sequences)
 

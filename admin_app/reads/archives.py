@@ -1,11 +1,10 @@
-"""Archive reads (runs:read) for the admin API and the console: the archive list and search, one
-archive's header and members, and its events page by page. Event pages are keyset reads on the
-primary key (archive_id, sequence), so a page at the end of a 20,000-event archive costs what the
-first does."""
+"""Archive reads (runs:read) for the admin API and the console: the archive list, one archive's
+header and members, and its events page by page (the console's search is in reads/search.py).
+Event pages are keyset reads on the primary key (archive_id, sequence), so a page at the end of a
+20,000-event archive costs what the first does."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, text
@@ -21,8 +20,6 @@ DETAIL_SCHEMA = "bailing.agent-conversation-audit-detail.v1"
 # Paging parameters are clamped into these ranges, never refused for being outside them.
 LIST_LIMIT = limits.AUDIT_LIST_LIMIT
 EVENTS_LIMIT = limits.AUDIT_EVENTS_LIMIT
-# Where the next page of a search starts: the last archive shown, as (updated_at, id).
-SearchCursor = tuple[datetime, uuid.UUID]
 
 
 def list_archives(db: Session, limit: int, offset: int) -> dict[str, Any]:
@@ -106,6 +103,49 @@ def event_page(db: Session, archive_id: uuid.UUID, after_sequence: int, limit: i
     return rows[:limit], len(rows) > limit
 
 
+def events_before(db: Session, archive_id: uuid.UUID, before_sequence: int, limit: int,
+                  upto: int) -> tuple[list[Row[Any]], bool]:
+    """The `limit` events just before `before_sequence` (none beyond `upto`), in ascending order,
+    and whether earlier ones remain: the same keyset read as event_page, walked backwards."""
+    rows = list(db.execute(text("""
+        SELECT sequence, event_id, client_turn_id, kind, content, status, run_id, member_session_id,
+               thread_id, created_at
+        FROM bz_agent_conversation_events
+        WHERE archive_id = :id AND sequence < :before AND sequence <= :upto
+        ORDER BY sequence DESC LIMIT :limit"""),
+        {"id": archive_id, "before": before_sequence, "limit": limit + 1, "upto": upto}))
+    return rows[:limit][::-1], len(rows) > limit
+
+
+def event_window(db: Session, archive_id: uuid.UUID, at: int, before: int, after: int,
+                 upto: int) -> tuple[list[Row[Any]], bool, bool]:
+    """Up to `before` events before `at`, then `at` and up to `after - 1` events after it:
+    (rows, earlier ones remain, later ones remain). Two keyset reads, so a window at the end of a
+    long archive costs what one at its start does."""
+    earlier, more_before = events_before(db, archive_id, at, before, upto)
+    later, more_after = event_page(db, archive_id, at - 1, after, upto)
+    return earlier + later, more_before, more_after
+
+
+def search_in_archive(db: Session, archive_id: uuid.UUID, query: str, after_sequence: int, limit: int,
+                      upto: int, count_cap: int) -> tuple[list[Row[Any]], bool, int]:
+    """Messages of one archive whose content contains `query` (case-insensitive), after
+    `after_sequence`: (rows, more remain, how many match in all, counted up to `count_cap + 1`
+    so that a word in every message costs no more than a rare one). A plain ILIKE on `content`,
+    which a trigram index on that column can answer."""
+    pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    where = """archive_id = :id AND sequence <= :upto AND content ILIKE :q ESCAPE '\\'"""
+    params = {"id": archive_id, "upto": upto, "q": pattern, "after": after_sequence, "limit": limit + 1,
+              "cap": count_cap + 1}
+    total = db.execute(text(f"""
+        SELECT count(*) FROM (SELECT 1 FROM bz_agent_conversation_events WHERE {where} LIMIT :cap) hits"""),  # noqa: S608 - constant text, bound values
+        params).scalar_one()
+    rows = list(db.execute(text(f"""
+        SELECT sequence, kind, content FROM bz_agent_conversation_events
+        WHERE {where} AND sequence > :after ORDER BY sequence LIMIT :limit"""), params))  # noqa: S608 - constant text, bound values
+    return rows[:limit], len(rows) > limit, total
+
+
 def archive_detail(db: Session, archive_id: uuid.UUID, after_sequence: int, limit: int,
                    available: Availability) -> dict[str, Any]:
     """The admin API's detail: header, members and one page of events; 404 for no such archive."""
@@ -135,66 +175,3 @@ def run_audit_link(db: Session, run_id: uuid.UUID, available: Availability) -> d
     if row is None:
         return {}
     return {"conversation_audit_id": str(row.archive_id), "client_turn_id": row.client_turn_id}
-
-
-# ------------------------------------------------------------------ console search
-
-FILTERS = ("state", "app", "route", "status", "from", "to", "q")
-
-
-def _like(value: str) -> str:
-    return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-def search_archives(db: Session, filters: dict[str, str], cursor: SearchCursor | None,
-                    limit: int) -> tuple[list[Row[Any]], SearchCursor | None]:
-    """Archives newest-updated first, filtered; keyset paging on (updated_at, id) so the hundredth
-    page costs what the first does. Returns (rows, next cursor)."""
-    where = ["TRUE"]
-    params: dict[str, Any] = {"limit": limit + 1}
-    if filters.get("state"):
-        where.append("a.state = :state")
-        params["state"] = filters["state"]
-    if filters.get("app"):
-        where.append("a.client_app_id = :app")
-        params["app"] = filters["app"]
-    if filters.get("route"):
-        where.append("a.route_key = :route")
-        params["route"] = filters["route"]
-    if filters.get("status"):
-        if filters["status"] == "none":
-            where.append("a.last_turn_status IS NULL")
-        else:
-            where.append("a.last_turn_status = :status")
-            params["status"] = filters["status"]
-    if filters.get("from"):
-        where.append("a.updated_at >= CAST(:from_date AS date)")
-        params["from_date"] = filters["from"]
-    if filters.get("to"):
-        where.append("a.updated_at < CAST(:to_date AS date) + 1")
-        params["to_date"] = filters["to"]
-    if filters.get("q"):
-        where.append("""(a.id::text = :q_exact OR a.client_archive_id::text = :q_exact
-                         OR a.client_conversation_id ILIKE :q ESCAPE '\\'
-                         OR EXISTS (SELECT 1 FROM bz_agent_conversation_members m
-                                    WHERE m.archive_id = a.id
-                                      AND (m.label ILIKE :q ESCAPE '\\' OR m.session_id::text = :q_exact)))""")
-        params["q"] = _like(filters["q"])
-        params["q_exact"] = filters["q"].strip().lower()
-    if cursor is not None:
-        where.append("(a.updated_at, a.id) < (:cursor_at, :cursor_id)")
-        params["cursor_at"], params["cursor_id"] = cursor
-    columns = ", ".join("a." + c.strip() for c in HEADER_COLUMNS.split(","))
-    rows = list(db.execute(text(f"""
-        SELECT {columns} FROM bz_agent_conversation_archives a
-        WHERE {' AND '.join(where)}
-        ORDER BY a.updated_at DESC, a.id DESC LIMIT :limit"""), params))  # noqa: S608 - constant identifiers, bound values
-    next_cursor = (rows[limit - 1].updated_at, rows[limit - 1].id) if len(rows) > limit else None
-    return rows[:limit], next_cursor
-
-
-def filter_choices(db: Session) -> tuple[list[str], list[str]]:
-    """The client app ids and the route keys the search can be filtered by, each sorted."""
-    apps = list(db.scalars(text("SELECT app_id FROM bz_client_apps ORDER BY app_id")))
-    routes = list(db.scalars(text("SELECT route_key FROM bz_routes ORDER BY route_key")))
-    return apps, routes

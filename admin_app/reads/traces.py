@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from ..canonical import iso
@@ -68,6 +68,77 @@ def _run_trace_of(db: Session, run: Run, available: Availability) -> dict[str, A
 def visible_messages(db: Session, run_id: uuid.UUID) -> list[dict[str, Any]]:
     return [{"role": m.role, "message_id": m.message_id, "content": m.content, "created_at": iso(m.created_at)}
             for m in db.scalars(select(Message).where(Message.run_id == run_id).order_by(Message.id))]
+
+
+# ------------------------------------------------------------------ the console's run timeline
+# Entries at the same instant keep this order: the run is created before its first message, a
+# call comes after the message that asked for it, the answer before the run completes.
+_RANK = {"run_created": 0, "message": 1, "call": 2, "run_completed": 3}
+# Statuses that end a call without a journal row to time it by.
+_ENDED = ("executed", "business_rejected", "denied", "rejected_before_dispatch")
+
+
+def run_timeline(db: Session, run_id: uuid.UUID, available: Availability) -> dict[str, Any]:
+    """The console's trace page: the run trace (as the admin API has it), the frozen context, one
+    timeline of the run, its messages and its tool calls in true order (each entry with its time
+    since the run began, each call with its milestones and duration), and the archive's turn."""
+    run = _found_run(db, run_id)
+    start = run.created_at
+    entries: list[tuple[datetime, str, dict[str, Any]]] = [(start, "run_created", {})]
+    for m in db.scalars(select(Message).where(Message.run_id == run.id).order_by(Message.id)):
+        entries.append((m.created_at, "message",
+                        {"role": m.role, "message_id": m.message_id, "content": m.content}))
+    for inv in _invocations_of_run(db, run.id):
+        entries.append((inv.created_at, "call", _timeline_call(db, inv, start)))
+    if run.completed_at is not None:
+        entries.append((run.completed_at, "run_completed", {"status": run.status}))
+    order = sorted(range(len(entries)), key=lambda i: (entries[i][0], _RANK[entries[i][1]], i))
+    timeline = [{"kind": kind, "at": iso(at), "offset_ms": elapsed_ms(start, at), **data}
+                for at, kind, data in (entries[i] for i in order)]
+    return {"trace": _run_trace_of(db, run, available),
+            "context": json.dumps(run.context, indent=2, ensure_ascii=False),
+            "timeline": timeline, "archive": archive_turn(db, run.id, available)}
+
+
+def _timeline_call(db: Session, inv: Invocation, start: datetime) -> dict[str, Any]:
+    approval = db.scalar(select(Approval).where(Approval.job_id == inv.id))
+    journal = db.get(JournalEntry, inv.id)
+    marks: list[tuple[str, datetime | None]] = [("created", inv.created_at)]
+    if approval is not None:
+        marks += [("approval requested", approval.created_at),
+                  (f"approval {approval.status} by {approval.decided_by}", approval.decided_at),
+                  ("approval consumed", approval.consumed_at)]
+    finished = inv.updated_at if inv.status in _ENDED else None
+    if journal is not None:
+        outcome = f"HTTP {journal.http_status}" if journal.http_status else "no answer"
+        marks += [("journal started: request sent", journal.started_at),
+                  (f"journal finished: {journal.state}, {outcome}", journal.finished_at)]
+        finished = journal.finished_at
+    reached = sorted(((label, at) for label, at in marks if at is not None), key=lambda m: m[1])
+    milestones = [{"label": label, "at": iso(at), "offset_ms": elapsed_ms(start, at)} for label, at in reached]
+    return {"job": job_view(db, inv), "milestones": milestones,
+            "duration_ms": elapsed_ms(inv.created_at, finished),
+            "approval": None if approval is None else {"id": str(approval.id), "number": approval.number},
+            # What support quotes to the business system: the request carried both.
+            "idempotency_key": journal.idempotency_key if journal is not None else None,
+            "failure": journal.failure if journal is not None else None}
+
+
+def archive_turn(db: Session, run_id: uuid.UUID, available: Availability) -> dict[str, Any] | None:
+    """Where the archive holds the run: its turn's start (or the run link, if the turn has no
+    start event), as the sequence a transcript opens at."""
+    if not available.archives:
+        return None
+    row = db.execute(text("""
+        SELECT l.archive_id, l.client_turn_id, l.sequence AS link,
+               (SELECT max(s.sequence) FROM bz_agent_conversation_events s
+                 WHERE s.archive_id = l.archive_id AND s.client_turn_id = l.client_turn_id
+                   AND s.kind = 'turn_start' AND s.sequence <= l.sequence) AS turn_start
+          FROM bz_agent_conversation_events l WHERE l.run_id = :run"""), {"run": run_id}).first()
+    if row is None:
+        return None
+    return {"archive_id": str(row.archive_id), "client_turn_id": row.client_turn_id,
+            "sequence": row.turn_start or row.link}
 
 
 # ------------------------------------------------------------------ tool job traces

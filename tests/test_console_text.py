@@ -1,0 +1,124 @@
+"""Issue 19: untrusted text in the console. `reveal` escapes and makes hidden characters
+visible; `markdown` renders CommonMark with no raw HTML and sanitises it; `snippet` marks a
+search hit. Unit tests, no database."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from markupsafe import Markup
+
+from admin_app.console.text import HIDDEN, describe, markdown, reveal, snippet
+
+
+def marker(short: str, title: str) -> str:
+    return f'<span class="invisible-char" title="{title}">⟨{short}⟩</span>'
+
+
+def test_reveal_escapes_and_replaces_bidi_overrides_and_zero_width_characters():
+    out = reveal('pay <b>"A"</b> & \u202eB\u200b\u2066C\u2069\ufeff')
+    assert isinstance(out, Markup)
+    assert out == ("pay &lt;b&gt;&#34;A&#34;&lt;/b&gt; &amp; " + marker("RLO", "U+202E RIGHT-TO-LEFT OVERRIDE")
+                   + "B" + marker("ZWSP", "U+200B ZERO WIDTH SPACE") + marker("LRI", "U+2066 LEFT-TO-RIGHT ISOLATE")
+                   + "C" + marker("PDI", "U+2069 POP DIRECTIONAL ISOLATE")
+                   + marker("BOM", "U+FEFF ZERO WIDTH NO-BREAK SPACE"))
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\x1b", "\x7f", "\x85", "\u00ad", "\u061c", "\u180e",
+                                  "\u200c", "\u200d", "\u200e", "\u200f", "\u2028", "\u202a", "\u202b",
+                                  "\u202c", "\u202d", "\u2060", "\u2067", "\u2068", "\u3164", "\U000e0001"])
+def test_every_hidden_character_becomes_a_marker_and_never_stays_in_the_output(char):
+    out = reveal(f"a{char}b")
+    assert char not in out
+    shape = r'a<span class="invisible-char" title="U\+[0-9A-F]{4,5} [A-Z0-9 -]+">⟨[^⟩<]+⟩</span>b'
+    assert re.fullmatch(shape, out), out
+
+
+def test_newlines_tabs_and_ordinary_text_in_any_script_stay_as_they_are():
+    text = "line 1\n\tline 2 — العربية עברית 中文 emoji 👍🏽 e\u0301"
+    assert reveal(text) == text
+    assert HIDDEN.search(text) is None
+    assert reveal(None) == "" and reveal(42) == "42"
+
+
+def test_tag_characters_spell_out_what_they_hide_escaped():
+    smuggled = "".join(chr(0xE0000 + ord(c)) for c in "<hi>")
+    assert reveal("ok" + smuggled) == ("ok" + marker("TAG &lt;", "U+E003C TAG LESS-THAN SIGN")
+                                       + marker("TAG h", "U+E0068 TAG LATIN SMALL LETTER H")
+                                       + marker("TAG i", "U+E0069 TAG LATIN SMALL LETTER I")
+                                       + marker("TAG &gt;", "U+E003E TAG GREATER-THAN SIGN"))
+    assert describe("\x1b") == ("ESC", "U+001B CONTROL CHARACTER")
+    assert describe("\u0091") == ("U+0091", "U+0091 CONTROL CHARACTER")
+
+
+def test_markdown_renders_commonmark():
+    out = markdown("# Title\n\n**bold** _it_ `code`\n\n- one\n- two\n\n3. three\n\n> quoted\n\n```\nblock\n```")
+    assert isinstance(out, Markup)
+    for part in ("<h1>Title</h1>", "<strong>bold</strong>", "<em>it</em>", "<code>code</code>",
+                 "<li>one</li>", '<ol start="3">', "<blockquote>", "<pre><code>block\n</code></pre>"):
+        assert part in out, (part, out)
+
+
+@pytest.mark.parametrize("source", [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    '<a href="javascript:alert(1)">x</a>',
+    "<div onclick=alert(1)>\n\n*inside*\n\n</div>",
+    "<!-- comment --><iframe src=https://evil.example></iframe>",
+    "<style>body{display:none}</style>",
+    "<svg onload=alert(1)></svg>",
+])
+def test_raw_html_in_markdown_is_shown_as_text(source):
+    out = markdown(source)
+    assert not re.search(r"<(script|img|a|div|iframe|style|svg)\b", out), out
+    assert "&lt;" in out
+
+
+@pytest.mark.parametrize("source", [
+    "[x](javascript:alert(1))", "[x](JaVaScRiPt:alert(1))", "[x]( javascript:alert(1))",
+    "[x](&#106;avascript:alert(1))", "[x](data:text/html;base64,PHNjcmlwdD4=)", "[x](vbscript:msgbox)",
+    "[x](file:///etc/passwd)", "[x](/console/admins)", "<javascript:alert(1)>",
+    "![pixel](https://tracker.example/p.png)", '[x](https://ok.example "t" onmouseover=alert(1))',
+])
+def test_links_are_only_http_https_and_mailto_and_images_never_load(source):
+    out = markdown(source)
+    assert "<img" not in out
+    for href in re.findall(r'href="([^"]*)"', out):
+        assert href.startswith(("https://", "http://", "mailto:")), out
+    assert "onmouseover=" not in out.replace("onmouseover=alert(1))", "")
+
+
+def test_allowed_links_get_rel_and_nothing_else():
+    out = markdown("[site](https://example.com/a?b=1&c=2) <mailto:ops@example.com> [w](http://x.example)")
+    assert '<a href="https://example.com/a?b=1&amp;c=2" rel="noopener noreferrer nofollow">site</a>' in out
+    assert '<a href="mailto:ops@example.com" rel="noopener noreferrer nofollow">mailto:ops@example.com</a>' in out
+    assert '<a href="http://x.example" rel="noopener noreferrer nofollow">w</a>' in out
+
+
+def test_nested_markdown_and_hidden_characters_in_markdown():
+    out = markdown("> - **[a `b\u202e` c](https://e.example)**\n>   - _deep \u200b_")
+    assert "<blockquote>" in out and out.count("<ul>") == 2
+    assert '<a href="https://e.example" rel="noopener noreferrer nofollow">a <code>b' in out
+    assert "\u202e" not in out and "\u200b" not in out
+    assert out.count('class="invisible-char"') == 2
+    fenced = markdown("```html\n<script>x</script>\u202e\n```")
+    assert fenced == ("<pre><code>&lt;script&gt;x&lt;/script&gt;" + marker("RLO", "U+202E RIGHT-TO-LEFT OVERRIDE")
+                      + "\n</code></pre>\n")
+    assert "\u202e" not in markdown("[a](https://e.example/\u202e)")
+
+
+def test_a_hostile_class_or_style_does_not_survive_the_sanitizer():
+    # Only the markers' own class is allowed: nothing in a message can produce an element.
+    out = markdown('text <span class="invisible-char x" style="color:red">fake</span>')
+    assert "<span" not in out and "&lt;span" in out
+
+
+def test_snippet_marks_the_match_escaped_and_revealed():
+    content = "a" * 100 + "Find <the> NEEDLE\u202e here" + "z" * 100
+    out = snippet(content, "<THE> needle")
+    assert out.startswith("…") and out.endswith("…")
+    assert "<mark>&lt;the&gt; NEEDLE</mark>" in out
+    assert marker("RLO", "U+202E RIGHT-TO-LEFT OVERRIDE") in out
+    assert snippet("short text", "short") == "<mark>short</mark> text"
+    assert snippet("no match here", "zzz") == "no match here"
+    assert snippet("%_ literal", "%_") == "<mark>%_</mark> literal"
