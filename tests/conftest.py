@@ -17,13 +17,21 @@ from pathlib import Path
 import psycopg
 import pytest
 import requests
+from argon2 import PasswordHasher
 from sqlalchemy.engine import make_url
 from werkzeug.serving import make_server
 
 from admin_app import create_app, embedded_pg, migrations
 from admin_app.config import PROJECT_ROOT
+from admin_app.identity import admins as _admins
 from tests.browser import browser, hub, ui  # noqa: F401 - the console's browser fixtures, for every file
 from tests.helpers import apply_config
+
+# Password hashing at the hub's cost (argon2, 64 MiB, about 0.14 s a hash) would be most of the
+# time of every test that makes an admin or signs in: the suite's in-process apps hash at argon2's
+# lowest cost. (Hashes carry their parameters, so they verify the same; the processes the suite
+# starts, bailing-admin and gunicorn, keep the hub's cost.)
+_admins._hasher = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 
 SQL_DIR = PROJECT_ROOT / "sql"
 EXAMPLES = PROJECT_ROOT / "examples"
@@ -48,14 +56,19 @@ _STARTED_SERVER = pytest.StashKey[bool]()
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `own_servers` do the same work whatever server the suite uses: a run that has
-    already run them against the embedded server (CI's second pass) skips them."""
-    if os.environ.get("BAILING_TEST_SKIP_OWN_SERVERS") != "1":
+    """With BAILING_TEST_SERVER_ONLY=1 (CI's second pass, on an external server, after a whole run
+    on the embedded one) a run skips what does the same work whatever server the suite uses: the
+    tests marked `own_servers`, and the browser tests (what the console does in Chromium is the
+    same; the SQL behind its pages runs in the server-side console tests, which stay)."""
+    if os.environ.get("BAILING_TEST_SERVER_ONLY") != "1":
         return
-    skip = pytest.mark.skip(reason="starts its own servers; already run in the embedded-server pass")
+    own = pytest.mark.skip(reason="starts its own servers; already run in the embedded-server pass")
+    in_browser = pytest.mark.skip(reason="a browser test; already run in the embedded-server pass")
     for item in items:
         if item.get_closest_marker("own_servers"):
-            item.add_marker(skip)
+            item.add_marker(own)
+        elif "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(in_browser)
 
 
 def pytest_sessionstart(session):

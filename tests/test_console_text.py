@@ -8,7 +8,7 @@ import re
 import pytest
 from markupsafe import Markup
 
-from admin_app.console.text import HIDDEN, describe, markdown, reveal, snippet
+from admin_app.console.text import HIDDEN, describe, markdown, marked, reveal, snippet
 
 
 def marker(short: str, title: str) -> str:
@@ -122,3 +122,12 @@ def test_snippet_marks_the_match_escaped_and_revealed():
     assert snippet("short text", "short") == "<mark>short</mark> text"
     assert snippet("no match here", "zzz") == "no match here"
     assert snippet("%_ literal", "%_") == "<mark>%_</mark> literal"
+
+
+def test_marked_marks_every_match_escaped_and_revealed():
+    out = marked("Pallets <b>and</b> PALLETS\u200b and pallets", "pallets")
+    assert out.count("<mark>") == 3 and "<mark>PALLETS</mark>" in out
+    assert "&lt;b&gt;and&lt;/b&gt;" in out and "<b>" not in out
+    assert marker("ZWSP", "U+200B ZERO WIDTH SPACE") in out
+    assert marked("nothing to find", "zzz") == "nothing to find"
+    assert marked("a.b a*b", "a*b") == "a.b <mark>a*b</mark>"  # the term is text, not a pattern

@@ -130,7 +130,10 @@ def _search_target(filters: dict[str, str]) -> str:
 
 def _hits(db, filters: dict[str, str], after):
     rows, next_key = finder.search_messages(db, filters, after, MESSAGES_PAGE)
-    return [finder.hit_view(r, filters["q"]) for r in rows], more_url(".messages", MESSAGES, next_key, filters)
+    hits = [finder.hit_view(r) for r in rows]
+    for hit in hits:
+        hit["snippet"] = text.marked(hit["excerpt"], filters["q"])
+    return hits, more_url(".messages", MESSAGES, next_key, filters)
 
 
 @bp.get("/")

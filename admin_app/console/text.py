@@ -110,6 +110,15 @@ def markdown(value: object) -> Markup:
 EMPTY, ELLIPSIS, MARK = Markup(""), Markup("…"), Markup("<mark>{}</mark>")
 
 
+def marked(content: str, term: str) -> Markup:
+    """`content` escaped and revealed, every occurrence of `term` (any case) in <mark>."""
+    out, at = EMPTY, 0
+    for found in re.finditer(re.escape(term), content, re.IGNORECASE):
+        out += reveal(content[at:found.start()]) + MARK.format(reveal(found.group()))
+        at = found.end()
+    return out + reveal(content[at:])
+
+
 def snippet(content: str, query: str, around: int = 80) -> Markup:
     """The part of `content` around the first match of `query`, escaped and revealed, the match in
     <mark>. (The database matched with ILIKE; where Python's case folding disagrees, the snippet

@@ -7,12 +7,10 @@ substrings use trigram indexes, so a search costs what its matches cost and neve
 events. Filters arrive already checked by the console (values of the right shape)."""
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from markupsafe import Markup, escape
 from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
@@ -178,21 +176,13 @@ def _total(found: int, cap: int) -> Total:
     return Total(cap, True) if found > cap else Total(found, False)
 
 
-def marked(excerpt: str, term: str) -> Markup:
-    """`excerpt` escaped, with every occurrence of `term` (any case) in <mark>: the pieces are
-    escaped first and only the marks are markup."""
-    out, at = Markup(""), 0
-    for match in re.finditer(re.escape(term), excerpt, re.IGNORECASE):
-        out += escape(excerpt[at:match.start()]) + Markup("<mark>") + escape(match.group()) + Markup("</mark>")
-        at = match.end()
-    return out + escape(excerpt[at:])
-
-
-def hit_view(row: Any, term: str) -> dict[str, Any]:
+def hit_view(row: Any) -> dict[str, Any]:
+    """A matching message: where it is, and the excerpt around its first match (plain text; the
+    console escapes and marks it)."""
     role = {"user_message": "user", "assistant_message": "assistant"}.get(row.kind, row.kind)
     return {"archive_id": str(row.archive_id), "client_conversation_id": row.client_conversation_id,
             "sequence": row.sequence, "role": role, "created_at": iso(row.created_at),
-            "snippet": marked(row.excerpt or "", term), "cut_before": row.cut_before, "cut_after": row.cut_after}
+            "excerpt": row.excerpt or "", "cut_before": row.cut_before, "cut_after": row.cut_after}
 
 
 def filter_choices(db: Session) -> tuple[list[str], list[str]]:
