@@ -31,6 +31,10 @@ def create_app(test_config: dict | None = None) -> Flask:
     settings = Settings.from_env()
     if test_config:
         settings = settings.replace(**test_config)
+        if "notifications" not in test_config:
+            # The suite's and the benchmarks' in-process apps deliver no notifications unless
+            # they ask: their database is dropped under them when they are done.
+            settings = settings.replace(notifications=False)
 
     app = _HubFlask(
         __name__,
@@ -74,6 +78,15 @@ def create_app(test_config: dict | None = None) -> Flask:
     from . import console
 
     console.init_app(app)
+    if settings.notifications:
+        from .notifications.worker import DeliveryWorker
+
+        # Each process that serves requests (a forked gunicorn worker too) delivers approval
+        # notifications in a thread of its own, started by its first request: commands that
+        # only build the app (config apply, db upgrade...) start none.
+        worker = DeliveryWorker(app.extensions["bailing"].db, settings)
+        app.extensions["bailing.notifications"] = worker
+        app.before_request(worker.ensure_started)
 
     @app.get("/")
     def index():

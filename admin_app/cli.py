@@ -531,5 +531,40 @@ def admins_sessions_end(username: str):
         _emit(end_sessions(session, operator(), username))
 
 
+
+# ------------------------------------------------------------------ notifications
+
+@main.group()
+def notifications():
+    """Notifications of new approvals (channels: `approval_notifications` in the config file)."""
+
+
+@notifications.command("deliver")
+@click.option("--once", is_flag=True, help="Send what is due now, print what was done, and exit.")
+@hub_command
+def notifications_deliver(once: bool):
+    """Send due approval notifications: once, or on and on (as each serving process does in a
+    thread of its own) until interrupted."""
+    import threading
+
+    from .notifications.bell import BELL
+    from .notifications.worker import POLL_SECONDS, counts, deliver_due
+
+    hub = _hub()
+    if once:
+        report = deliver_due(hub.db, hub.settings)
+        _emit({**report.as_json(), "deliveries": counts(hub.db)})
+        return
+    stop = threading.Event()
+    try:
+        while True:
+            seen = BELL.count
+            deliver_due(hub.db, hub.settings, stop)
+            BELL.wait(seen, POLL_SECONDS)
+    except KeyboardInterrupt:
+        stop.set()
+        _emit({"stopped": True})
+
+
 if __name__ == "__main__":
     main()

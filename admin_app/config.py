@@ -44,6 +44,49 @@ def _choice(name: str, allowed: tuple[str, ...], default: str, upper: bool = Fal
     return value
 
 
+def _switch(name: str, default: bool) -> bool:
+    raw = (os.environ.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "on", "true", "yes"):
+        return True
+    if raw in ("0", "off", "false", "no"):
+        return False
+    raise SystemExit(f"{name} must be on or off, got {raw!r}")
+
+
+def _public_url(raw: str | None) -> str | None:
+    """BAILING_PUBLIC_URL: the console's address as people reach it (links in notifications),
+    without a trailing slash."""
+    if not raw:
+        return None
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        problem = "is not a valid URL"
+    else:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problem = "must be an http(s) URL with a host"
+        elif parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+            problem = "must not carry credentials, a query or a #fragment"
+        elif any(ord(c) < 0x21 or c == "\x7f" for c in raw):
+            problem = "must not contain spaces or control characters"
+    if problem:
+        raise SystemExit(f"BAILING_PUBLIC_URL {problem}, got {raw!r}")
+    return raw.rstrip("/")
+
+
+def _no_controls(name: str, raw: str | None) -> str | None:
+    # These end up in mail headers and SMTP commands: a line break there would forge more.
+    if raw and any(ord(c) < 0x20 or c == "\x7f" for c in raw):
+        raise SystemExit(f"{name} must not contain line breaks or control characters")
+    return raw or None
+
+
 def resolve_data_dir(value: str | os.PathLike | None) -> Path:
     """BAILING_DATA_DIR as one absolute folder, fixed when the settings are made, so that a later
     change of directory cannot point a process at a second embedded server. Unset, the user's data
@@ -75,6 +118,18 @@ class Settings:
     metrics_token: str | None = None  # unset: /metrics answers loopback clients only
     log_format: str = "json"
     log_level: str = "INFO"
+    # Approval notifications (admin_app/notifications): the delivery worker of each serving
+    # process, the console's public address for links, and the SMTP server for e-mail channels.
+    notifications: bool = True
+    notification_max_attempts: int = 6
+    notification_backoff_seconds: int = 30  # the first retry's delay; each next one 4 times longer
+    public_url: str | None = None
+    smtp_host: str | None = None
+    smtp_port: int = 587
+    smtp_from: str | None = None
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", resolve_data_dir(self.data_dir))
@@ -100,6 +155,16 @@ class Settings:
             log_format=_choice("BAILING_LOG_FORMAT", ("json", "text"), "json"),
             log_level=_choice("BAILING_LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
                               "INFO", upper=True),
+            notifications=_switch("BAILING_NOTIFICATIONS", True),
+            notification_max_attempts=_int("BAILING_NOTIFICATION_MAX_ATTEMPTS", 6),
+            notification_backoff_seconds=_int("BAILING_NOTIFICATION_BACKOFF_SECONDS", 30, minimum=0),
+            public_url=_public_url(os.environ.get("BAILING_PUBLIC_URL")),
+            smtp_host=_no_controls("BAILING_SMTP_HOST", os.environ.get("BAILING_SMTP_HOST")),
+            smtp_port=_int("BAILING_SMTP_PORT", 587),
+            smtp_from=_no_controls("BAILING_SMTP_FROM", os.environ.get("BAILING_SMTP_FROM")),
+            smtp_username=_no_controls("BAILING_SMTP_USERNAME", os.environ.get("BAILING_SMTP_USERNAME")),
+            smtp_password=os.environ.get("BAILING_SMTP_PASSWORD") or None,
+            smtp_starttls=_switch("BAILING_SMTP_STARTTLS", True),
         )
 
     def replace(self, **changes) -> Settings:

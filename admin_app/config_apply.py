@@ -20,9 +20,10 @@ from sqlalchemy.orm import Session
 
 from . import limits
 from .canonical import utc_now
-from .catalog.compiler import COMPILER_VERSION, HTTP_METHODS, CompileError, compile_provider
+from .catalog.compiler import COMPILER_VERSION, HTTP_METHODS, TOOL_NAME, CompileError, compile_provider
 from .catalog.store import compiled_providers
 from .identity.models import ClientApp, Route, ToolProvider
+from .notifications.channels import Channel
 from .validation import (MAX_JSON_DEPTH, Checker, Invalid, join, json_value_problems, repeats,
                          strict_json_loads)
 
@@ -32,7 +33,7 @@ ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 
 CLIENT_FIELDS = ("app_id", "name", "allowed_routes", "enabled", "agent_authorize_url")
 ROUTE_FIELDS = ("route_key", "name", "description", "enabled", "audience", "target_config",
-                "agent_client", "tools", "permission")
+                "agent_client", "tools", "permission", "approvals")
 PROVIDER_FIELDS = ("name", "base_url", "openapi", "secret_env", "timeout_ms")
 
 
@@ -324,12 +325,13 @@ def check_agent_client(checker: Checker, value: Any, path: str) -> None:
                 checker.integer(knowledge[key], join(kpath, key), minimum=1, maximum=50)
 
 
-def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, Any]) -> None:
+def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, Any]) -> dict[str, Any]:
     """`providers` maps a provider name to its CompiledProvider (from the file or the database),
-    or to None for a provider of the file that has problems of its own (reported there)."""
-    if checker.obj(value, path, optional=("sources", "agent_direct")) is None:
-        return
+    or to None for a provider of the file that has problems of its own (reported there). Returns
+    the route's tools by name, as far as they could be told."""
     route_tools: dict[str, Any] = {}
+    if checker.obj(value, path, optional=("sources", "agent_direct")) is None:
+        return route_tools
     sources = value.get("sources", [])
     spath = join(path, "sources")
     if not isinstance(sources, list):
@@ -368,7 +370,7 @@ def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, An
     dpath = join(path, "agent_direct")
     if "agent_direct" not in value or checker.obj(direct, dpath, required=("enabled",), optional=(
             "write_tools", "force_approval_tools", "unattended_write_tools")) is None:
-        return
+        return route_tools
     if "enabled" in direct:
         checker.boolean(direct["enabled"], join(dpath, "enabled"))
     if "force_approval_tools" in direct and "unattended_write_tools" in direct:
@@ -384,6 +386,25 @@ def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, An
                             f"'{op_id}' is not a tool of this route's allowed sources")
             elif key != "force_approval_tools" and tool.readonly:
                 checker.add(join(join(dpath, key), j), f"'{op_id}' is readonly, not a write tool")
+    return route_tools
+
+
+def check_route_approvals(checker: Checker, value: Any, path: str, route_tools: dict[str, Any]) -> None:
+    """`{"ttl_seconds": N, "tool_ttl_seconds": {operation: N}}`: how long an approval of this
+    route's calls can be decided and resumed; a tool's own value wins over the route's."""
+    if checker.obj(value, path, optional=("ttl_seconds", "tool_ttl_seconds")) is None:
+        return
+    low, high = limits.APPROVAL_TTL_SECONDS
+    if "ttl_seconds" in value:
+        checker.integer(value["ttl_seconds"], join(path, "ttl_seconds"), minimum=low, maximum=high)
+    per_tool = value.get("tool_ttl_seconds", {})
+    tpath = join(path, "tool_ttl_seconds")
+    if checker.obj(per_tool, tpath, open_ended=True) is None:
+        return
+    for name, ttl in per_tool.items():
+        if name not in route_tools:
+            checker.add(join(tpath, name), f"'{name}' is not a tool of this route's allowed sources")
+        checker.integer(ttl, join(tpath, name), minimum=low, maximum=high)
 
 
 def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dict]) -> dict | None:
@@ -409,8 +430,9 @@ def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dic
                        max_len=32000)
     if "agent_client" in item:
         check_agent_client(checker, item["agent_client"], join(path, "agent_client"))
-    if "tools" in item:
-        check_tools(checker, item["tools"], join(path, "tools"), providers)
+    route_tools = check_tools(checker, item["tools"], join(path, "tools"), providers) if "tools" in item else {}
+    if "approvals" in item:
+        check_route_approvals(checker, item["approvals"], join(path, "approvals"), route_tools)
     if len(checker.problems) != before:
         return None
     return {
@@ -423,6 +445,8 @@ def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dic
         "agent_client": item.get("agent_client", {"enabled": False}),
         "tools": item.get("tools", {}),
         "permission": item.get("permission", "full"),
+        # Left out, a route keeps the approval settings it has ({} clears them).
+        **({"approvals": item["approvals"]} if "approvals" in item else {}),
     }
 
 
@@ -457,6 +481,78 @@ def check_client(checker: Checker, item: Any, path: str, route_keys: set[str]) -
     }
 
 
+# ---------------------------------------------------------------- approval notifications
+
+CHANNEL_FIELDS = {"webhook": ("url", "secret_env"), "email": ("to",)}
+CHANNEL_COMMON = ("routes", "tools", "enabled")
+CHANNEL_TARGETS_MAX = 100  # routes or tools one channel names
+EMAIL_RECIPIENTS_MAX = 20
+# A plain address (no display name, comments or quoting): what a person types, and nothing a
+# mail header could be bent with.
+EMAIL_ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
+                           r"@(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                           r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+")
+
+
+def check_channel(checker: Checker, item: Any, path: str, route_keys: set[str],
+                  tool_names: set[str] | None) -> dict | None:
+    """One notification channel: a webhook (`url`, `secret_env`) or an e-mail list (`to`), firing
+    for the approvals of the listed routes and tools (none listed: all). `tool_names` is None
+    when the tools cannot all be told (a provider of the file has problems of its own)."""
+    before = len(checker.problems)
+    kind = item.get("kind") if isinstance(item, dict) else None
+    known_kind = isinstance(kind, str) and kind in CHANNEL_FIELDS
+    # An unknown kind is the one problem reported: its fields are not judged against a kind.
+    own = CHANNEL_FIELDS[str(kind)] if known_kind else ()
+    other = () if known_kind else tuple(f for fields in CHANNEL_FIELDS.values() for f in fields)
+    if checker.obj(item, path, required=("name", "kind", *own), optional=(*CHANNEL_COMMON, *other)) is None:
+        return None
+    if "name" in item:
+        checker.resource_key(item["name"], join(path, "name"))
+    if "kind" in item and kind not in CHANNEL_FIELDS:
+        checker.add(join(path, "kind"), "must be 'webhook' or 'email'")
+    if "url" in item and kind == "webhook":
+        check_url(checker, item["url"], join(path, "url"), https_or_loopback=True)
+    if "secret_env" in item and kind == "webhook":
+        checker.string(item["secret_env"], join(path, "secret_env"), pattern=ENV_NAME,
+                       pattern_text="an environment variable name (A-Z, 0-9, _)")
+    if "to" in item and kind == "email":
+        tpath = join(path, "to")
+        to = checker.string_list(item["to"], tpath, max_items=EMAIL_RECIPIENTS_MAX, item_max_len=254)
+        if to is not None and not to:
+            checker.add(tpath, f"must list 1 to {EMAIL_RECIPIENTS_MAX} addresses")
+        for i, address in enumerate(to or ()):
+            if not EMAIL_ADDRESS.fullmatch(address):
+                checker.add(join(tpath, i), "must be a plain e-mail address such as approvers@example.com")
+    routes = item.get("routes", [])
+    rpath = join(path, "routes")
+    if checker.string_list(routes, rpath, max_items=CHANNEL_TARGETS_MAX) is not None:
+        for i, route in enumerate(routes):
+            if checker.resource_key(route, join(rpath, i), route=True) is not None and route not in route_keys:
+                checker.add(join(rpath, i), f"no route named '{route}'")
+    tools = item.get("tools", [])
+    tpath = join(path, "tools")
+    if checker.string_list(tools, tpath, max_items=CHANNEL_TARGETS_MAX, item_max_len=64,
+                           item_pattern=TOOL_NAME) is not None and tool_names is not None:
+        for i, tool in enumerate(tools):
+            if tool not in tool_names:
+                checker.add(join(tpath, i), f"'{tool}' is not a tool of any tool provider")
+    if "enabled" in item:
+        checker.boolean(item["enabled"], join(path, "enabled"))
+    if len(checker.problems) != before:
+        return None
+    return {
+        "name": item["name"],
+        "kind": kind,
+        "url": item["url"] if kind == "webhook" else None,
+        "secret_env": item["secret_env"] if kind == "webhook" else None,
+        "recipients": list(item["to"]) if kind == "email" else [],
+        "routes": list(routes),
+        "tools": list(tools),
+        "enabled": item.get("enabled", True),
+    }
+
+
 def _section(checker: Checker, doc: dict, name: str) -> list:
     value = doc.get(name, [])
     if not isinstance(value, list):
@@ -479,7 +575,7 @@ def validate(db: Session, doc: dict, base_dir: Path) -> dict[str, list[dict]]:
     """The records to write, or Invalid naming every bad field. Cross-references may point at
     records already in the database or defined in the same file."""
     checker = Checker()
-    checker.obj(doc, "", optional=("client_apps", "routes", "tool_providers"))
+    checker.obj(doc, "", optional=("client_apps", "routes", "tool_providers", "approval_notifications"))
 
     checked = [(join("tool_providers", i), check_provider(checker, item, join("tool_providers", i), base_dir))
                for i, item in enumerate(_section(checker, doc, "tool_providers"))]
@@ -502,20 +598,29 @@ def validate(db: Session, doc: dict, base_dir: Path) -> dict[str, list[dict]]:
                for i, item in enumerate(_section(checker, doc, "client_apps"))]
     _unique(checker, clients, "app_id")
 
+    tool_names = None if None in known_providers.values() else {
+        name for compiled in known_providers.values() for name in compiled.tools}
+    channels = [(join("approval_notifications", i),
+                 check_channel(checker, item, join("approval_notifications", i), route_keys, tool_names))
+                for i, item in enumerate(_section(checker, doc, "approval_notifications"))]
+    _unique(checker, channels, "name")
+
     checker.raise_if_any()
     return {
         "tool_providers": [p for _, p in providers if p],
         "routes": [r for _, r in routes if r],
         "client_apps": [c for _, c in clients if c],
+        "approval_notifications": [c for _, c in channels if c],
     }
 
 
 # ---------------------------------------------------------------- writing
 
-_MODELS: dict[str, tuple[type[ToolProvider | Route | ClientApp], str]] = {
+_MODELS: dict[str, tuple[type[ToolProvider | Route | ClientApp | Channel], str]] = {
     "tool_providers": (ToolProvider, "name"),
     "routes": (Route, "route_key"),
     "client_apps": (ClientApp, "app_id"),
+    "approval_notifications": (Channel, "name"),
 }
 
 
@@ -537,7 +642,11 @@ def _apply(db: Session, doc: dict, base_dir: Path, *, write: bool) -> dict:
     records = validate(db, doc, base_dir)
     buckets: dict[str, dict[str, list[str]]] = {"created": {}, "changed": {}, "unchanged": {}}
     now = utc_now()
-    for section in ("tool_providers", "routes", "client_apps"):  # referenced before referencing
+    # Referenced before referencing. Notification channels are reported only by a file that has
+    # them, so that the report of every other file keeps its shape.
+    sections = ("tool_providers", "routes", "client_apps") + (
+        ("approval_notifications",) if "approval_notifications" in doc else ())
+    for section in sections:
         model, key = _MODELS[section]
         for bucket in buckets.values():
             bucket[section] = []

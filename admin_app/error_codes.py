@@ -87,6 +87,7 @@ CODES: dict[str, ErrorCode] = {
     "admin_exists": ErrorCode(409, "An admin by that name already exists.",
                               "hub: docs/operations.md (init refusals)"),
     "agent_run_conflict": ErrorCode(409, "This run is not a turn of this session in this route.", INVOKE),
+    "approval_expired": ErrorCode(409, "This approval expired; it can no longer be decided.", ADMIN_API),
     "approval_not_pending": ErrorCode(409, "This approval is no longer pending.", ADMIN_API),
     "approval_snapshot_changed": ErrorCode(
         409, "The snapshot hash differs from the one you reviewed; review it again.", ADMIN_API),

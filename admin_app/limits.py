@@ -110,6 +110,9 @@ ADMIN_BODY_MAX_BYTES = 64 * KIB
 APPROVALS_LIMIT = (50, 1, 100)
 APPROVALS_OFFSET_MAX = 10**9
 APPROVAL_REASON_MAX = 2000
+# A route's approval time-to-live (`approvals.ttl_seconds`, per tool `tool_ttl_seconds`): from a
+# minute (shorter could lapse before anyone is told) to 30 days.
+APPROVAL_TTL_SECONDS = (60, 30 * 24 * 3600)
 PASSWORD_LENGTH = (12, 1024)
 TOKEN_DAYS_DEFAULT = 90
 TOKEN_DAYS_MAX = 3650

@@ -471,15 +471,16 @@ def box_search(console: Console, ids: dict, q: str, repetitions: int) -> dict:
 
 
 def snapshot_action(page, since: float) -> dict:
-    """Show the approval's argument snapshot (loaded only when asked for): its fragment's bytes and
-    the frames that drew it."""
-    button = page.get_by_role("button", name=re.compile("snapshot", re.I))
-    if not button.count():
+    """Show the approval's argument snapshot (a large one is fetched when asked for, as its exact
+    bytes; static/snapshot.js draws it): the bytes on the wire and the frames that drew it.
+    bench/approval_snapshot_browser.py measures the viewer itself in detail."""
+    button = page.locator("[data-snapshot-toggle]")
+    if not button.count() or not button.first.is_visible():
         return {"available": False}
     with page.expect_response(lambda r: "/snapshot" in r.url):
         button.first.click()
-    with suppress(PlaywrightTimeout):  # shown as the snapshot partial's <pre>; else measured as it is
-        page.wait_for_selector("#snapshot pre", timeout=15000)
+    with suppress(PlaywrightTimeout):  # drawn once the viewer's status is cleared; else measured as it is
+        page.wait_for_selector("[data-snapshot-body][aria-busy=false] *", timeout=15000)
     after = collect(page)
     return {"available": True, "wire": wire(fragments(after, since)), "frames": frames(after["bench"], since)}
 
@@ -611,6 +612,14 @@ def report(results: dict) -> tuple[str, dict]:
     return text, summary
 
 
+def demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every browser bench over the demo takes."""
+    parser.add_argument("--data-dir", type=Path, help="the demo's data folder, reused across runs (default: a "
+                        "scratch folder, seeded anew and removed at the end)")
+    parser.add_argument("--demo-timeout", type=float, default=900, help="seconds to wait for the demo's seeding")
+    parser.add_argument("--json", type=Path, help="also write every figure as JSON to this file")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repetitions", type=int, default=5, help="samples of each timing (default 5)")
@@ -619,10 +628,7 @@ def main() -> None:
                         help="searched inside long-shift (repeatable; default: a rare and a common phrase)")
     parser.add_argument("--content-query", action="append", default=None,
                         help="content searched across archives (repeatable; default: a rare and a common word)")
-    parser.add_argument("--data-dir", type=Path, help="the demo's data folder, reused across runs (default: a "
-                        "scratch folder, seeded anew and removed at the end)")
-    parser.add_argument("--demo-timeout", type=float, default=900, help="seconds to wait for the demo's seeding")
-    parser.add_argument("--json", type=Path, help="also write every figure as JSON to this file")
+    demo_arguments(parser)
     args = parser.parse_args()
     args.transcript_query = args.transcript_query or ["call #4321:", "invoices"]
     args.content_query = args.content_query or ["Northwind", "standing"]

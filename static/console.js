@@ -45,8 +45,9 @@
     }
   }
 
-  // Search inside a loaded snapshot (its text spread over chunk elements, see snapshot.html):
-  // count the hits in the whole text, select the first across its text nodes, scroll it into view.
+  // Search inside a snapshot's text (spread over chunk elements: snapshot.js's exact-text view,
+  // or the snapshot.html fragment): count the hits in the whole text, select the first across its
+  // text nodes, scroll it into view.
   function searchSnapshot(input) {
     var pre = document.querySelector("[data-snapshot]");
     var hits = document.querySelector("[data-snapshot-hits]");
@@ -87,8 +88,76 @@
     })();
   }
 
+  // An open approval queue (approvals.html, several approvers at work) asks every few seconds
+  // which of its rows are still to be decided: the others leave, the count follows, arrivals at
+  // the end are added (oldest first) or announced, and one that landed between shown rows (a
+  // slow writer's older timestamp) is announced too, so nothing pending goes unseen.
+  function liveQueue(box) {
+    var seconds = Number(box.dataset.liveSeconds) || 5, max = Number(box.dataset.liveMax) || 2000, busy = false;
+    var notice = document.querySelector("[data-queue-notice]");
+    var counter = document.querySelector("[data-queue-count]");
+    function announce(texts, reload) {
+      if (!notice || !texts.length) return;
+      notice.textContent = texts.join(" ") + " ";
+      if (reload) {
+        var link = document.createElement("a");
+        link.href = window.location.href;
+        link.textContent = "Show them";
+        notice.appendChild(link);
+      }
+    }
+    function tick() {
+      if (busy || document.hidden) return;
+      var shown = Array.prototype.slice.call(box.querySelectorAll("tr[data-key]"), 0, max);
+      var url = new URL(box.dataset.liveUrl, window.location.href);
+      if (shown.length) {
+        url.searchParams.set("first", shown[0].dataset.key);
+        url.searchParams.set("last", shown[shown.length - 1].dataset.key);
+      }
+      busy = true;
+      fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (data) {
+          if (!data) { busy = false; return; }
+          var keep = new Set(data.ids), known = new Set(), left = 0;
+          shown.forEach(function (row) {
+            known.add(row.dataset.approvalId);
+            if (!keep.has(row.dataset.approvalId)) { row.remove(); left++; }
+          });
+          if (counter) counter.textContent = data.count;
+          var between = data.ids.filter(function (id) { return !known.has(id); }).length;
+          var said = left ? [left + (left === 1 ? " approval was" : " approvals were") + " decided elsewhere or expired and left the list."] : [];
+          var more = box.querySelector("tr.more") !== null;
+          // Arrivals at the end of an oldest-first page that shows the queue's end are added.
+          if (shown.length && !more && data.after_last > 0 && !box.hasAttribute("data-newest-first") && window.htmx) {
+            var rowsUrl = new URL(box.dataset.rowsUrl, window.location.href);
+            rowsUrl.searchParams.set("cursor", shown[shown.length - 1].dataset.key);
+            announce(said, false);
+            return window.htmx.ajax("GET", rowsUrl.toString(), { target: box.querySelector("tbody"), swap: "beforeend" })
+              .then(function () { busy = false; }, function () { busy = false; });
+          }
+          // Anything else waiting that this page does not show (arrivals at the top of a newest-first
+          // page, an approval that landed between or above the rows shown) is announced with a reload.
+          var unseen = shown.length ? between + data.before_first + (more ? 0 : data.after_last) : data.count;
+          if (unseen) said.push(unseen + (unseen === 1 ? " more approval is" : " more approvals are") + " waiting that this page does not show.");
+          announce(said, unseen > 0);
+          busy = false;
+        })
+        .catch(function () { busy = false; });
+    }
+    window.setInterval(tick, seconds * 1000);
+    document.addEventListener("visibilitychange", function () { if (!document.hidden) tick(); });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     showTimes(document);
+    var queue = document.querySelector("[data-queue]");
+    if (queue) liveQueue(queue);
+    // A checkbox the approver sets once ("then open the next approval") stays as they left it.
+    document.querySelectorAll("input[type=checkbox][data-remember]").forEach(function (box) {
+      box.checked = localStorage.getItem(box.dataset.remember) === "1";
+      box.addEventListener("change", function () { localStorage.setItem(box.dataset.remember, box.checked ? "1" : "0"); });
+    });
     var toggle = document.getElementById("zone-toggle");
     if (toggle) toggle.addEventListener("click", function () {
       localStorage.setItem(ZONE_KEY, localStorage.getItem(ZONE_KEY) === "local" ? "declared" : "local");

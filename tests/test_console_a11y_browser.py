@@ -97,9 +97,11 @@ def test_every_console_page_passes_axe_and_fits_a_phone(hub, ui):
         visit(view, path, heading)
 
     visit(view, f"/console/approvals/{merge['id']}", "Approval: customer_merge")
-    view.page.get_by_role("button", name="Show the full snapshot").click()
+    expect(view.page.locator("[data-snapshot-body] details").first).to_be_visible()
+    check(view, "approval with its snapshot as a tree")
+    view.page.get_by_role("button", name="Raw (exact bytes)").click()
     expect(view.page.locator("pre[data-snapshot]")).to_be_visible()
-    check(view, "approval with its snapshot")
+    check(view, "approval with its snapshot's exact bytes")
 
     view.goto(f"/console/conversations/{archive_id}")
     view.page.set_viewport_size(PHONE)

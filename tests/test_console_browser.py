@@ -92,7 +92,7 @@ def walk(hub: Hub, view: UI, role: str, archive_id: str, run_id: str, approval: 
     else:
         for path, secret in (("/console/approvals/", "customer_merge"),
                              (f"/console/approvals/{approval['id']}", "customer_merge"),
-                             (f"/console/approvals/{approval['id']}/snapshot", "C-100235"),
+                             (f"/console/approvals/{approval['id']}/snapshot.json?view=1", "C-100235"),
                              (f"/console/approvals/{approval['id']}/snapshot.json", "C-100235"),
                              ("/console/approvals/history", "customer_merge")):
             refused(view, path, secret)
@@ -217,17 +217,15 @@ def test_an_approver_opens_the_snapshot_and_decides(hub, ui, sql):
     expect(rows.nth(0).locator("td").nth(5).locator("code")).to_have_attribute("title", merge["args_hash"])
     view.shot("approvals.png")
 
-    # ---- open one: the snapshot loads only when asked for
+    # ---- open one: a small snapshot shows at once, as a tree; its exact bytes one click away
     rows.nth(0).get_by_role("link", name="customer_merge").click()
     expect(page.get_by_role("heading", name=re.compile(r"Approval: customer_merge\s+pending"))).to_be_visible()
-    expect(page.locator("[data-snapshot]")).to_have_count(0)
-    expect(page.get_by_text("Loaded only when asked for")).to_be_visible()
-    assert sql("SELECT count(*) FROM bz_access_log WHERE action = 'snapshot_view'") == [(0,)]
-    page.get_by_role("button", name="Show the full snapshot").click()
+    expect(page.locator("[data-snapshot-body]")).to_contain_text("Same company, registered twice")
+    expect(page.locator(".snapshot-facts")).to_contain_text(merge["args_hash"])
+    page.get_by_role("button", name="Raw (exact bytes)").click()
     snapshot = page.locator("pre[data-snapshot]")
     expect(snapshot).to_be_visible()
     assert json.loads(snapshot.text_content()) == MERGE
-    expect(page.locator(".snapshot-tools")).to_contain_text(merge["args_hash"])
     search = page.get_by_label("Search in snapshot")
     search.fill("c-1002")
     expect(page.locator("[data-snapshot-hits]")).to_have_text("2 found")
@@ -409,7 +407,9 @@ def test_script_and_onerror_in_messages_and_arguments_are_shown_as_text(hub, ui,
     expect(page.locator("td.summary").filter(has_text="<script>")).to_contain_text("<script>window.__xss=1</script>")
     harmless()
     view.goto(f"/console/approvals/{merge['id']}")
-    page.get_by_role("button", name="Show the full snapshot").click()
+    expect(page.locator("[data-snapshot-body]")).to_contain_text(XSS)  # the tree: the value as text
+    harmless()
+    page.get_by_role("button", name="Raw (exact bytes)").click()
     expect(page.locator("pre[data-snapshot]")).to_contain_text(json.dumps(XSS)[1:-1])
     assert json.loads(page.locator("pre[data-snapshot]").text_content())["reason"] == XSS
     harmless()
@@ -628,7 +628,7 @@ def test_every_console_page_runs_under_a_strict_csp_without_violations_or_errors
         # htmx is loaded and working on every page: the pending count polled into the navigation.
         expect(page.locator("header nav .count")).to_have_text("2")
     view.goto(f"/console/approvals/{merge['id']}")
-    page.get_by_role("button", name="Show the full snapshot").click()
+    page.get_by_role("button", name="Raw (exact bytes)").click()
     expect(page.locator("pre[data-snapshot]")).to_be_visible()
     page.get_by_label("Search in snapshot").fill("C-100235")
     expect(page.locator("[data-snapshot-hits]")).to_have_text("1 found")

@@ -63,7 +63,7 @@ def more_of(html: str) -> str | None:
 def rows_of(kind: str, html: str) -> list[str]:
     if kind == "access-log":
         return re.findall(r'<code class="small">([^<]*)</code></td>', html)  # one group's target
-    return re.findall(rf'<tr data-href="/console/{kind}/([0-9a-f-]{{36}})">', html)
+    return re.findall(rf'<tr data-href="/console/{kind}/([0-9a-f-]{{36}})[?"]', html)
 
 
 def walk(browser, kind: str, path: str, **params) -> tuple[list[str], list[str]]:

@@ -573,7 +573,8 @@ PAGES = [  # (name, method, path template, permission, evidence of the data on a
     ("history", "GET", "/console/approvals/history", "approvals:read", "Decided approvals"),
     ("count", "GET", "/console/approvals/count", "approvals:read", ">1</span>"),
     ("approval", "GET", "/console/approvals/{approval}", "approvals:read", "{args_hash}"),
-    ("snapshot", "GET", "/console/approvals/{approval}/snapshot", "approvals:read", "SNAPSHOT-MARKER"),
+    ("snapshot view", "GET", "/console/approvals/{approval}/snapshot.json?view=1", "approvals:read",
+     "SNAPSHOT-MARKER"),
     ("snapshot.json", "GET", "/console/approvals/{approval}/snapshot.json", "approvals:read",
      "SNAPSHOT-MARKER"),
     ("decide", "POST", "/console/approvals/{approval}/decide", "approvals:decide", None),
@@ -676,7 +677,7 @@ HTML_PAGES = ["/console/login", "/console/conversations/", "/console/conversatio
               "/console/conversations/{archive}/events?after=0", "/console/runs/",
               "/console/runs/?run_id={run}", "/console/runs/{run}", "/console/approvals/",
               "/console/approvals/history", "/console/approvals/count", "/console/approvals/{approval}",
-              "/console/approvals/{approval}/snapshot", "/console/access-log"]
+              "/console/access-log"]
 
 
 def _csp(response: requests.Response) -> dict[str, list[str]]:
@@ -737,7 +738,6 @@ def test_html_in_messages_labels_ids_and_arguments_is_shown_as_text(world):
         "list": admin.get("/console/conversations/"),
         "queue": admin.get("/console/approvals/"),
         "approval": admin.get(f"/console/approvals/{world.approval}"),
-        "snapshot": admin.get(f"/console/approvals/{world.approval}/snapshot"),
         "run": admin.get(f"/console/runs/{world.run}"),
         "runs": admin.get("/console/runs/", params={"conversation": HTML_CONV}),
     }
@@ -755,12 +755,10 @@ def test_html_in_messages_labels_ids_and_arguments_is_shown_as_text(world):
     assert HTML_CONV in pages["list"].text
     assert f"Hello {ESCAPED_SCRIPT} and {ESCAPED_IMG}" in pages["run"].text
     assert world.run in pages["runs"].text
-    # The queue's bounded summary, and the full snapshot fragment, show the arguments as text.
+    # The queue's bounded summary shows the arguments as text. (The full snapshot is drawn in the
+    # browser from its exact bytes, as text only: tests/test_console_snapshot_browser.py.)
     queue_summary = re.search(r'<td class="summary">(.*?)</td>', pages["queue"].text, re.DOTALL).group(1)
     assert ESCAPED_SCRIPT in queue_summary and ESCAPED_IMG in queue_summary
-    snapshot = pages["snapshot"].text
-    assert ESCAPED_SCRIPT in snapshot and ESCAPED_IMG in snapshot
-    assert "&lt;b data-pwn=\\&#34;note\\&#34;&gt;bold&lt;/b&gt; SNAPSHOT-MARKER" in snapshot
 
 
 def test_export_and_download_are_json_not_html(world):
@@ -771,6 +769,11 @@ def test_export_and_download_are_json_not_html(world):
         assert response.headers["Content-Type"].startswith("application/json")
         assert response.headers["Content-Disposition"].startswith("attachment;")
         assert response.headers["X-Content-Type-Options"] == "nosniff"
+    # The bytes the page's viewer reads: JSON too, never sniffed as a page, the same bytes.
+    shown = admin.get(f"/console/approvals/{world.approval}/snapshot.json", params={"view": "1"})
+    assert shown.headers["Content-Type"].startswith("application/json")
+    assert shown.headers["X-Content-Type-Options"] == "nosniff"
+    assert shown.content == download.content
     assert export.json()["events"][1]["content"] == XSS_TEXT  # the exact text, not escaped twice
     assert json.loads(download.content)["body"] == NOTE_BODY
 
@@ -918,7 +921,7 @@ def test_sensitive_reads_are_recorded_and_shown_to_an_auditor(world, sql):
     assert auditor.get(f"/console/conversations/{world.archive}/export.json").status_code == 200
     assert auditor.get(f"/console/runs/{world.run}").status_code == 200
     assert approver.get(f"/console/approvals/{world.approval}").status_code == 200  # no read yet
-    assert approver.get(f"/console/approvals/{world.approval}/snapshot").status_code == 200
+    assert approver.get(f"/console/approvals/{world.approval}/snapshot.json?view=1").status_code == 200
     download = approver.get(f"/console/approvals/{world.approval}/snapshot.json")
     assert download.status_code == 200
     assert hashlib.sha256(download.content).hexdigest() == world.args_hash
@@ -982,7 +985,7 @@ def test_queue_of_fifty_1_mib_snapshots_stays_small(fifty, server):
     assert queue.status_code == 200
     assert len(queue.content) < 200_000
     assert "TAIL-" not in queue.text and BIG_FILL * 30 not in queue.text
-    listed = re.findall(r'<tr data-href="/console/approvals/([0-9a-f-]{36})">', queue.text)
+    listed = re.findall(r'<tr data-href="/console/approvals/([0-9a-f-]{36})"', queue.text)
     assert sorted(listed) == sorted(p["approval"]["id"] for p in fifty)
     assert queue.text.count(" KiB<br>") == 50  # each row: the snapshot's size, not its body
     assert _pending_count(browser) == 50
@@ -1056,10 +1059,11 @@ def test_console_denial_needs_a_reason(fifty, server, sql):
 def test_the_full_snapshot_is_served_only_on_demand_and_exactly(fifty, server):
     browser = signed_in(server.url, "approver-1")
     approval = fifty[4]["approval"]
-    fragment = browser.get(f"/console/approvals/{approval['id']}/snapshot", headers={"HX-Request": "true"})
-    assert fragment.status_code == 200
-    assert "TAIL-04-END" in fragment.text and "<html" not in fragment.text
-    assert approval["args_hash"] in fragment.text
+    # What the page's viewer reads: the exact bytes, inline (no attachment), with their hash.
+    shown = browser.get(f"/console/approvals/{approval['id']}/snapshot.json", params={"view": "1"})
+    assert shown.status_code == 200 and "Content-Disposition" not in shown.headers
+    assert shown.headers["X-Bailing-Args-Hash"] == approval["args_hash"]
+    assert hashlib.sha256(shown.content).hexdigest() == approval["args_hash"]
     download = browser.get(f"/console/approvals/{approval['id']}/snapshot.json")
     assert hashlib.sha256(download.content).hexdigest() == approval["args_hash"]
     assert json.loads(download.content) == {"body": big_body(4), "customer_id": "C-100234"}

@@ -158,8 +158,14 @@ def test_dispatch_outcomes_are_counted_once_each_and_gauges_equal_the_database(
     assert after.value("bailing_tool_dispatches_in_flight") == 0
     assert after.value("bailing_tool_approvals_pending_oldest_age_seconds") >= 0
 
+    # An expired approval waits for nobody: it leaves the gauges (and no age keeps growing).
+    sql("UPDATE bz_tool_approvals SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour'")
+    expired = scrape(server)
+    assert expired.value("bailing_tool_approvals_pending") == 0
+    assert expired.value("bailing_tool_approvals_pending_oldest_age_seconds") == 0
+
     # The gauges follow the database, whoever changed it.
-    sql("UPDATE bz_tool_approvals SET status = 'denied', created_at = now() - interval '1 hour'")
+    sql("UPDATE bz_tool_approvals SET status = 'denied', expires_at = NULL, created_at = now() - interval '1 hour'")
     again = scrape(server)
     assert again.value("bailing_tool_approvals_pending") == 0
     assert again.value("bailing_tool_approvals_pending_oldest_age_seconds") == 0

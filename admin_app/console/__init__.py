@@ -6,7 +6,8 @@ from zoneinfo import ZoneInfo
 
 from flask import Flask, current_app
 
-from . import access_log, admins, approvals, auth, conversations, delivery, error_pages, runs, security, text
+from . import (access_log, admins, approvals, auth, conversations, delivery, error_pages, notifications, runs,
+               security, text)
 
 
 def init_app(app: Flask) -> None:
@@ -21,6 +22,7 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(auth.bp)
     app.register_blueprint(conversations.bp)
     app.register_blueprint(approvals.bp)
+    app.register_blueprint(notifications.bp)
     app.register_blueprint(runs.bp)
     app.register_blueprint(access_log.bp)
     app.register_blueprint(admins.bp)

@@ -171,6 +171,7 @@ REASONS = {
     "provider_secret_unavailable": "the hub could not read the provider's signing secret",
     "approval_denied": "an approver denied it",
     "approval_snapshot_unusable": "the approved arguments no longer match their hash",
+    "approval_expired": "its approval expired before the call could run (nothing was sent)",
 }
 
 

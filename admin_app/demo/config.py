@@ -32,7 +32,9 @@ def demo_config(business_url: str) -> dict:
              "tools": {"sources": [{"provider": "demo-erp", "allow": ["*"]}],
                        "agent_direct": {"enabled": True,
                                         "write_tools": ["order_create", "order_cancel", "order_import",
-                                                        "inventory_adjust", "inventory_reserve"]}}},
+                                                        "inventory_adjust", "inventory_reserve"]}},
+             # An order desk decision is due within the working week; an import within a day.
+             "approvals": {"ttl_seconds": 5 * 24 * 3600, "tool_ttl_seconds": {"order_import": 24 * 3600}}},
         ],
         "client_apps": [
             {"app_id": "crm-demo", "name": "Demo CRM", "allowed_routes": ["customers"], "enabled": True,

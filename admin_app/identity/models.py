@@ -41,6 +41,10 @@ class Route(Base):
     agent_client: Mapped[dict[str, Any]] = mapped_column(JSONB)
     tools: Mapped[dict[str, Any]] = mapped_column(JSONB)
     permission: Mapped[str]
+    # {"ttl_seconds": N, "tool_ttl_seconds": {operation: N}} (sql/068): how long an approval lasts.
+    # Deferred, and written only when a configuration gives it: reading and configuring routes
+    # keep working on a database whose migrations stop before 068 (the audit's degraded modes).
+    approvals: Mapped[dict[str, Any]] = mapped_column(JSONB, deferred=True)
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     updated_at: Mapped[datetime] = mapped_column(server_default="now()")
 

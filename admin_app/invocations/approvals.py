@@ -5,13 +5,21 @@ A decision is one conditional UPDATE (pending and the same args_hash the approve
 approvers racing, or an approver looking at a stale page, can never both win or decide on a
 snapshot other than the one shown.
 
+An approval may expire (a route's `approvals.ttl_seconds`, per tool `tool_ttl_seconds`): past
+its `expires_at`, an approval not yet consumed can no longer be decided or resumed. Expiry is a
+comparison with the clock wherever it matters (`expired`, `expired_clause`), never a status
+written by a sweeper, so it holds to the instant.
+
 An approval is named by its UUID (`id`, as the console and admin API always did) or by its
 number (`approval_id`, as agents see it)."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import CursorResult, Select, select, text, update
+from sqlalchemy import (ColumnElement, CursorResult, DateTime, Interval, Select, and_, func, literal, select, text,
+                        update)
 from sqlalchemy.orm import Session, defer
 
 from .. import limits
@@ -50,6 +58,38 @@ def parse_id(db: Session, value: str) -> uuid.UUID:
     return found
 
 
+def expiry(route_approvals: dict[str, Any], tool: str) -> ColumnElement[datetime] | None:
+    """When an approval made now for `tool` expires under its route's settings (None: never):
+    counted from the database's clock, as the approval's `created_at` is."""
+    ttl = (route_approvals.get("tool_ttl_seconds") or {}).get(tool, route_approvals.get("ttl_seconds"))
+    return func.now() + literal(timedelta(seconds=ttl), Interval()) if ttl else None
+
+
+def expired(approval: Approval, now: datetime) -> bool:
+    """Past its time-to-live and not yet used: neither a decision nor a resume can act on it any
+    more (a denial stays a denial; a consumed approval has run)."""
+    return (approval.expires_at is not None and approval.expires_at <= now
+            and approval.consumed_at is None and approval.status != "denied")
+
+
+def instant(now: datetime) -> ColumnElement[datetime]:
+    """`now` as a timestamptz parameter: compared with a timestamptz column whatever the
+    connection's time zone (a plain timestamp parameter would be read in that zone)."""
+    return literal(now, DateTime(timezone=True))
+
+
+def expired_clause(now: datetime) -> ColumnElement[bool]:
+    """`expired` in SQL, for lists and counts."""
+    return and_(Approval.expires_at <= instant(now), Approval.consumed_at.is_(None),
+                Approval.status != "denied")
+
+
+def decidable_clause(now: datetime) -> ColumnElement[bool]:
+    """Pending and not expired: what the queue lists and a decision may act on."""
+    return and_(Approval.status == "pending",
+                (Approval.expires_at.is_(None)) | (Approval.expires_at > instant(now)))
+
+
 def item_view(approval: Approval, inv: Invocation, session: AgentSession | None) -> dict:
     """What a queue shows: never the snapshot itself."""
     return {
@@ -84,6 +124,9 @@ def item_view(approval: Approval, inv: Invocation, session: AgentSession | None)
         "decision_reason": approval.decision_reason,
         "reason": approval.decision_reason,
         "consumed_at": iso(approval.consumed_at),
+        "expires_at": iso(approval.expires_at),
+        "expired": expired(approval, utc_now()),
+        "run_id": str(inv.run_id) if inv.run_id else None,
     }
 
 
@@ -129,7 +172,7 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
     now = utc_now()
     decided = db.execute(
         update(Approval)
-        .where(Approval.id == approval_id, Approval.status == "pending",
+        .where(Approval.id == approval_id, decidable_clause(now),
                Approval.args_hash == body["args_hash"])
         .values(status=decision, decided_by=admin.username, decided_at=now,
                 decision_reason=reason)
@@ -140,6 +183,8 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
             raise _not_found()
         if current.status != "pending":
             raise ApiError("approval_not_pending", f"This approval was already {current.status}.")
+        if expired(current, now):
+            raise ApiError("approval_expired")
         raise ApiError("approval_snapshot_changed")
     if decision == "denied":
         # A denied call never reaches the business system: the invocation ends here.

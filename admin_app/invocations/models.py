@@ -77,6 +77,8 @@ class Approval(Base):
     decided_at: Mapped[datetime | None]
     decision_reason: Mapped[str | None]
     consumed_at: Mapped[datetime | None]
+    # Past this instant the approval can no longer be decided or resumed (sql/068); None: never.
+    expires_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
 
 

@@ -36,9 +36,10 @@ from ..identity.models import AgentSession, ToolProvider
 from ..identity.sessions import authenticate_access
 from ..identity.workspace import resolve_route
 from ..js_json import byte_length
+from ..notifications import outbox
 from ..runtime.models import Run
 from ..validation import UUID_V1_5, Checker
-from . import dispatch
+from . import approvals, dispatch
 from .models import Approval, Invocation, JournalEntry
 from .path_params import dot_segment_rejection
 from .policy import TypeMismatch, approval_policy
@@ -116,14 +117,29 @@ def view(db: Session, inv: Invocation, approval: Approval | None) -> dict:
 
 
 def summary(tool: Visible, snapshot: str, arguments: dict) -> str:
-    """A bounded one-line summary for queues and notifications, never the whole snapshot; for a
-    sensitive tool, key names only."""
+    """A bounded one-line summary for queues and notifications, never the whole snapshot: each
+    argument as `key: value`, a long text by its first line and its size, a nested value by its
+    size; for a sensitive tool, key names only."""
     keys = ", ".join(sorted(arguments))
     if tool.tool.sensitive:
         return f"{tool.tool.name}({keys}) - {len(snapshot.encode())} bytes, values withheld"
+    text = f"{tool.tool.name}: " + " · ".join(f"{key}: {_brief(arguments[key])}" for key in sorted(arguments))
     most = limits.INVOCATION_SUMMARY_MAX
-    preview = snapshot if len(snapshot) <= most else snapshot[:most - 1] + "…"
-    return f"{tool.tool.name} {preview}"
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
+def _brief(value: object) -> str:
+    if isinstance(value, str):
+        lines = value.splitlines() or [""]
+        first = lines[0] if len(lines[0]) <= 60 else lines[0][:59] + "…"
+        if len(lines) == 1:
+            return first
+        return f"{first} … ({len(lines):,} lines, {len(value):,} characters)"
+    if isinstance(value, dict):
+        return f"{{{len(value)} fields}}"
+    if isinstance(value, list):
+        return f"[{len(value)} items]"
+    return canonical_json(value)
 
 
 # ------------------------------------------------------------------ shared steps
@@ -367,8 +383,10 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
                 risk=visible.tool.risk, policy=policy, prompt=visible.tool.approval_prompt,
                 snapshot=snapshot, args_hash=args_hash, snapshot_bytes=len(snapshot.encode("utf-8")),
                 argument_keys=sorted(arguments), summary=summary(visible, snapshot, arguments),
-                principal=session.principal, on_behalf_of=session.on_behalf_of, status="pending")
+                principal=session.principal, on_behalf_of=session.on_behalf_of, status="pending",
+                expires_at=approvals.expiry(route.approvals or {}, inv.tool))
             db.add(approval)
+            outbox.enqueue(db, approval)  # notifications, in this same transaction
         else:
             plan = _reserve(db, inv, visible, _provider(db, visible.tool.provider), arguments, dispatcher)
         db.flush()
@@ -417,6 +435,9 @@ def _resume(dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> d
         if inv.status == "awaiting_approval" and approval is not None:
             if approval.status == "denied":
                 inv.status, inv.reason = "denied", "approval_denied"
+            elif approvals.expired(approval, utc_now()):
+                # Past its time-to-live, decided or not: the call is over, nothing was sent.
+                inv.status, inv.reason = "rejected_before_dispatch", "approval_expired"
             elif approval.status == "approved" and approval.consumed_at is None:
                 if sha256_bytes(approval.snapshot.encode("utf-8")) != approval.args_hash \
                         or approval.args_hash != inv.args_hash:

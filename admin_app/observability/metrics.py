@@ -130,10 +130,13 @@ def update_pool(app: Flask) -> None:
 
 # ------------------------------------------------------------------ the database gauges
 
+# Pending approvals are those still to be decided: an expired one waits for nobody
+# (invocations.approvals.expired), so it leaves the count and the oldest age.
 _GAUGES_SQL = """
-    SELECT (SELECT count(*) FROM bz_tool_approvals WHERE status = 'pending') AS pending,
+    SELECT (SELECT count(*) FROM bz_tool_approvals WHERE status = 'pending'
+             AND (expires_at IS NULL OR expires_at > now())) AS pending,
            (SELECT extract(epoch FROM now() - min(created_at)) FROM bz_tool_approvals
-             WHERE status = 'pending') AS oldest,
+             WHERE status = 'pending' AND (expires_at IS NULL OR expires_at > now())) AS oldest,
            (SELECT count(*) FROM bz_tool_invocations
              WHERE status = 'reconciliation_required') AS reconcile,
            (SELECT count(*) FROM bz_tool_journal WHERE state = 'dispatching') AS dispatching"""

@@ -11,9 +11,10 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from ..canonical import iso
+from ..canonical import iso, utc_now
 from ..conversation_audit.availability import Availability
 from ..errors import ApiError
+from ..invocations.approvals import expired
 from ..invocations.models import Approval, Invocation, JournalEntry
 from ..runtime.models import Message, Run
 from ..validation import UUID_V1_5
@@ -108,6 +109,8 @@ def _timeline_call(db: Session, inv: Invocation, start: datetime) -> dict[str, A
         marks += [("approval requested", approval.created_at),
                   (f"approval {approval.status} by {approval.decided_by}", approval.decided_at),
                   ("approval consumed", approval.consumed_at)]
+        if expired(approval, utc_now()):
+            marks.append(("approval expired: it can no longer be decided or resumed", approval.expires_at))
     finished = inv.updated_at if inv.status in _ENDED else None
     if journal is not None:
         outcome = f"HTTP {journal.http_status}" if journal.http_status else "no answer"
@@ -244,6 +247,11 @@ def job_events(db: Session, inv: Invocation, approvals: list[Approval]) -> list[
         events.append(trace_event(approval.created_at, "tool_approval_pending", "approval", "warning",
                                   "Tool awaiting approval", _summary(number, inv.tool),
                                   {"approval_id": number, "tool": inv.tool}, TRACE_SOURCE_HUB, job_id))
+        if expired(approval, utc_now()):
+            assert approval.expires_at is not None  # expired() holds only for a set expiry
+            events.append(trace_event(approval.expires_at, "tool_approval_expired", "approval", "warning",
+                                      "Tool approval expired", _summary(number, inv.tool),
+                                      {"approval_id": number, "tool": inv.tool}, TRACE_SOURCE_HUB, job_id))
         if approval.decided_at is not None and approval.status in ("approved", "denied"):
             event = "tool_approved" if approval.status == "approved" else "tool_denied"
             events.append(trace_event(approval.decided_at, event, "approval", "info",
