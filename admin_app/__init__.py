@@ -62,7 +62,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     from . import observability
 
     observability.init_app(app)  # request ids, the request log, GET /metrics
-    from .api import admin_api, agent_audit, agent_auth, agent_invocations, agent_runtime, agent_tools
+    from .api import (admin_api, admin_tasks, agent_audit, agent_auth, agent_invocations, agent_runtime,
+                      agent_tasks, agent_tools)
     from .health import bp as health_bp
 
     app.register_blueprint(health_bp)
@@ -72,6 +73,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(agent_audit.bp)
     app.register_blueprint(agent_invocations.bp)
     app.register_blueprint(admin_api.bp)
+    app.register_blueprint(agent_tasks.bp)
+    app.register_blueprint(admin_tasks.bp)
     from .openapi import bp as openapi_bp
 
     app.register_blueprint(openapi_bp)

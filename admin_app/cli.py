@@ -531,6 +531,104 @@ def admins_sessions_end(username: str):
         _emit(end_sessions(session, operator(), username))
 
 
+# ------------------------------------------------------------------ tasks
+
+@main.group()
+def tasks():
+    """Task control (TASK_CONTROL.md): list, show, create and pause / resume / cancel tasks."""
+
+
+def _task_actor(session, username: str) -> str:
+    """The admin a create or control is made as: its username keys the request (the same admin
+    repeating a request id addresses the same task or control), as the console and the API do."""
+    from sqlalchemy import select
+
+    from .identity.models import Admin
+    from .identity.roles import permissions_of
+
+    admin = session.scalar(select(Admin).where(Admin.username == username))
+    if admin is None:
+        _fail("admin_not_found", f"No admin named {username}.")
+    if admin.disabled:
+        _fail("admin_disabled", f"{username} is disabled.")
+    if "clients:write" not in permissions_of(admin.role):
+        _fail("forbidden", f"{username}'s role ({admin.role}) does not hold clients:write.")
+    return username
+
+
+def _task_body(file: str) -> Any:
+    try:
+        raw = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        _fail("invalid_request", f"Cannot read {file}: {err}")
+    try:
+        return strict_json_loads(raw)
+    except (ValueError, RecursionError) as err:
+        _fail("TASK_INVALID_INPUT", f"{file} is not valid JSON: {err}")
+
+
+@tasks.command("list")
+@click.option("--limit", default=None, metavar="N", help="Tasks per page, 1-100 (default 30).")
+@click.option("--before", default=None, metavar="TASK_ID", help="Continue after this task (a next_cursor).")
+@hub_command
+def tasks_list(limit: str | None, before: str | None):
+    """Tasks in the admin API's order (task id, descending) with next_cursor for the next page."""
+    from .tasks import admin
+
+    with _hub().db.session() as session:
+        _emit(admin.list_tasks(session, admin.page_limit(limit), admin.cursor(before)))
+
+
+@tasks.command("show")
+@click.argument("task_id")
+@click.option("--limit", default=None, metavar="N", help="Invocation records per page, 1-100 (default 30).")
+@click.option("--before", default=None, metavar="JOB_ID", help="Continue the invocation records after this job.")
+@hub_command
+def tasks_show(task_id: str, limit: str | None, before: str | None):
+    """One task with a page of its invocation records and its bound runs (newest first)."""
+    from .tasks import admin
+
+    with _hub().db.session() as session:
+        view = admin.detail(session, task_id, admin.page_limit(limit), admin.cursor(before))
+        _emit({**view, "runs": admin.runs(session, view["task"]["task_id"])})
+
+
+@tasks.command("create")
+@click.option("--actor", required=True, metavar="USERNAME",
+              help="The admin the task is created as (an existing admin holding clients:write).")
+@click.option("--file", "file", required=True, metavar="BODY.json",
+              help='The create body, as POST /admin/api/agent-tasks takes it ("-": standard input).')
+@hub_command
+def tasks_create(actor: str, file: str):
+    """Create a task (members verified and enrolled); repeating the same body is answered with
+    the task it made."""
+    from .tasks import admin
+
+    body = _task_body(file)
+    with _hub().db.session() as session:
+        _emit(admin.create(session, _task_actor(session, actor), body))
+
+
+@tasks.command("control")
+@click.argument("task_id")
+@click.option("--actor", required=True, metavar="USERNAME",
+              help="The admin the control is made as (an existing admin holding clients:write).")
+@click.option("--action", required=True, metavar="pause|resume|cancel", help="What to do.")
+@click.option("--expected-revision", "expected_revision", required=True, metavar="N",
+              help="The revision of the task as last read; a stale one is refused.")
+@click.option("--request-id", "request_id", required=True, metavar="ID",
+              help="Keep it when retrying the same control after a lost answer.")
+@hub_command
+def tasks_control(task_id: str, actor: str, action: str, expected_revision: str, request_id: str):
+    """Pause, resume or cancel a task, as of the revision given."""
+    from .tasks import admin
+
+    revision: int | str = int(expected_revision) if expected_revision.isascii() and expected_revision.isdigit() \
+        else expected_revision
+    with _hub().db.session() as session:
+        _emit(admin.control(session, _task_actor(session, actor), task_id,
+                            {"request_id": request_id, "expected_revision": revision, "action": action}))
+
 
 # ------------------------------------------------------------------ notifications
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 WIRE = "WIRE_CONTRACT.md § "
 AUDIT = "AGENT_CONVERSATION_AUDIT.en.md § Limits and errors"
-TASKS = "TASK_CONTROL.md § 8.3 Turns: `task_binding`"
+TASKS = "TASK_CONTROL.md § 10. Error codes"
 AGENT_AUTH = WIRE + "3. `/agent-auth/v1` — Agent Auth"
 ROUTE_GATE = WIRE + "2.1 Route gate"
 INVOKE = WIRE + "2.10 `POST /agent-api/v1/tool-invocations`"
@@ -36,7 +36,7 @@ class ErrorCode:
 
 CODES: dict[str, ErrorCode] = {
     # 400 Bad Request
-    "TASK_INVALID_INPUT": ErrorCode(400, "The task binding is not valid.", TASKS),
+    "TASK_INVALID_INPUT": ErrorCode(400, "The task input is not valid.", TASKS),
     "invalid_client": ErrorCode(400, "The client is unknown, disabled or has no authorization page.",
                                 AGENT_AUTH),
     "invalid_grant": ErrorCode(
@@ -60,6 +60,7 @@ CODES: dict[str, ErrorCode] = {
     "route_not_allowed": ErrorCode(403, "This session is not allowed to use this route.", ROUTE_GATE),
     "wrong_password": ErrorCode(403, "The current password is not right.", CLI),
     # 404 Not Found
+    "TASK_NOT_FOUND": ErrorCode(404, "No such task.", TASKS),
     "admin_not_found": ErrorCode(404, "No admin by that name.", CLI),
     "approval_not_found": ErrorCode(404, "No such approval.", ADMIN_API),
     "client_not_found": ErrorCode(404, "No such client app.", CLI),
@@ -83,6 +84,27 @@ CODES: dict[str, ErrorCode] = {
     "method_not_allowed": ErrorCode(405, "Method not allowed.", SHARED),
     # 409 Conflict
     "TASK_REQUIRED": ErrorCode(409, "This session is enrolled in a task: act through a bound run.", TASKS),
+    "TASK_SCOPE_BLOCKED": ErrorCode(409, "A member of the task failed verification; the task is blocked.",
+                                    TASKS),
+    "TASK_MEMBER_MISMATCH": ErrorCode(409, "This session, workspace and conversation are not a member of "
+                                           "that task.", TASKS),
+    "TASK_BINDING_CONFLICT": ErrorCode(409, "The binding does not match the task or the run's own task.",
+                                       TASKS),
+    "TASK_PAUSED": ErrorCode(409, "The task is paused.", TASKS),
+    "TASK_CANCELLED": ErrorCode(409, "The task is cancelled.", TASKS),
+    "TASK_EXPIRED": ErrorCode(409, "The task's deadline has passed.", TASKS),
+    "TASK_WRITE_BUDGET_EXHAUSTED": ErrorCode(409, "The task's write budget is spent.", TASKS),
+    "TASK_CONCURRENCY_EXHAUSTED": ErrorCode(409, "The task already has as many calls in flight as it "
+                                                 "allows.", TASKS),
+    "TASK_TOOL_NOT_ALLOWED": ErrorCode(409, "The task does not allow this tool for this member.", TASKS),
+    "TASK_REVISION_CONFLICT": ErrorCode(409, "The task changed since that revision; read it again.", TASKS),
+    "TASK_RECORD_INVALID": ErrorCode(409, "The stored task record fails its integrity checks.", TASKS),
+    "TASK_RUN_INACTIVE": ErrorCode(409, "The run is no longer active for new work.", TASKS),
+    "TASK_DISPATCH_UNCERTAIN": ErrorCode(409, "Whether the original call was attempted cannot be "
+                                              "established: inspect it, do not retry or replace it.", TASKS),
+    "TASK_CONFLICT": ErrorCode(409, "This request_id was already used for a different task.", TASKS),
+    "TASK_CONTROL_CONFLICT": ErrorCode(409, "The control conflicts with the task's state or an earlier "
+                                            "request with this request_id.", TASKS),
     "admin_disabled": ErrorCode(409, "That admin is disabled.", CLI),
     "admin_exists": ErrorCode(409, "An admin by that name already exists.",
                               "hub: docs/operations.md (init refusals)"),
@@ -122,8 +144,10 @@ CODES: dict[str, ErrorCode] = {
     "http_error": ErrorCode(500, "Internal server error.", EVERY_API + " (the Error schema)"),
     "internal_error": ErrorCode(500, "Internal server error.", EVERY_API + " (the Error schema)"),
     # 501 Not Implemented
-    "TASK_UNSUPPORTED": ErrorCode(501, "This task binding schema is not supported.", TASKS),
+    "TASK_UNSUPPORTED": ErrorCode(501, "This hub does not support task control here.", TASKS),
     # 503 Service Unavailable
+    "TASK_UNAVAILABLE": ErrorCode(503, "Task control is unavailable; retry with the original request.",
+                                  TASKS),
     "agent_authorize_url_invalid": ErrorCode(
         503, "The client's authorization page is not a valid HTTPS or loopback URL.", AGENT_AUTH),
     "conversation_audit_cross_binding_unavailable": ErrorCode(

@@ -117,5 +117,15 @@ PASSWORD_LENGTH = (12, 1024)
 TOKEN_DAYS_DEFAULT = 90
 TOKEN_DAYS_MAX = 3650
 
+# ---------------------------------------------------------------- task control (TASK_CONTROL.md §2-§3, §9)
+TASK_MAX_MEMBERS = 64
+TASK_MAX_TOOLS = 256                           # exact tool names per member
+TASK_MAX_WRITE_CALLS = 1_000_000_000
+TASK_MAX_CONCURRENT = 10_000
+TASK_TEXT_MAX = {"request_id": 128, "client_app_id": 64}  # UTF-16 code units
+TASK_CREATE_BODY_MAX_BYTES = 64 * KIB
+TASK_CONTROL_BODY_MAX_BYTES = 4 * KIB
+TASK_LIST_LIMIT = (30, 1, 100)                 # default, minimum, maximum: tasks and invocation pages
+
 # ---------------------------------------------------------------- console support triage
 RUN_LOOKUP_LENGTH = (4, 191)                   # an ID prefix long enough to narrow, and a cap

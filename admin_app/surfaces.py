@@ -23,6 +23,8 @@ SURFACES = (AGENT_API, AGENT_AUTH, ADMIN_API)
 AGENT_AUDITS = AGENT_API.prefix + "/conversation-audits"
 ADMIN_AUDITS = ADMIN_API.prefix + "/conversation-audits"
 AGENT_INVOCATIONS = AGENT_API.prefix + "/tool-invocations"
+AGENT_TASKS = (AGENT_API.prefix + "/tasks", AGENT_API.prefix + "/task-control")
+ADMIN_TASKS = ADMIN_API.prefix + "/agent-tasks"
 
 # An unexpected failure answers `internal_error`, except in the areas whose spec names their own
 # code for it.
@@ -31,6 +33,8 @@ AREA_INTERNAL_ERROR_CODES = (
     (AGENT_AUDITS, "conversation_audit_internal_error"),
     (ADMIN_AUDITS, "conversation_audit_internal_error"),
     (AGENT_INVOCATIONS, "agent_tool_internal_error"),
+    # Task control fails closed and says so: retry with the original request (TASK_CONTROL.md §7.4).
+    *((prefix, "TASK_UNAVAILABLE") for prefix in (*AGENT_TASKS, ADMIN_TASKS)),
 )
 
 

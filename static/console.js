@@ -149,8 +149,72 @@
     document.addEventListener("visibilitychange", function () { if (!document.hidden) tick(); });
   }
 
+  // The task create form (tasks_new.html): a picked session narrows the workspaces to those it may
+  // use and replaces the ids typed by hand; the deadline typed in local time is sent as UTC; more
+  // member rows come from the form's template. Without JavaScript the server checks the same.
+  function syncMember(fieldset) {
+    var pick = fieldset.querySelector("[data-session-pick]");
+    var workspace = fieldset.querySelector("[data-workspace]");
+    if (!pick || !workspace) return;
+    var chosen = pick.options[pick.selectedIndex];
+    var routes = chosen && chosen.value ? (chosen.dataset.routes || "").split(",") : null;
+    Array.prototype.forEach.call(workspace.options, function (option) {
+      var allowed = !option.value || !routes || routes.indexOf("*") >= 0 || routes.indexOf(option.value) >= 0;
+      option.disabled = !allowed;
+      option.hidden = !allowed;
+    });
+    if (workspace.selectedOptions.length && workspace.selectedOptions[0].disabled) workspace.value = "";
+    if (routes && !workspace.value) {
+      var usable = Array.prototype.filter.call(workspace.options, function (o) { return o.value && !o.disabled; });
+      if (usable.length === 1) workspace.value = usable[0].value;
+    }
+    fieldset.querySelectorAll("[data-by-hand] input").forEach(function (input) { input.disabled = Boolean(routes); });
+  }
+
+  function syncDeadline(input) {
+    var hidden = document.querySelector("[data-deadline-utc]");
+    var note = document.querySelector("[data-deadline-note]");
+    if (!hidden) return;
+    var moment = input.value ? new Date(input.value) : null;  // a datetime-local value is local time
+    hidden.value = moment && !isNaN(moment) ? moment.toISOString() : "";
+    if (note) note.textContent = hidden.value ? "Stored as " + hidden.value.replace(".000Z", "Z") + " (UTC). No new call is dispatched at or after the deadline."
+                                              : "No deadline: leave empty for none.";
+  }
+
+  function taskForm(form) {
+    var box = form.querySelector("[data-members]");
+    var template = form.querySelector("template[data-member-template]");
+    var add = form.querySelector("[data-add-member]");
+    form.querySelectorAll("[data-member]").forEach(syncMember);
+    form.addEventListener("change", function (event) {
+      if (event.target.matches("[data-session-pick]")) syncMember(event.target.closest("[data-member]"));
+    });
+    var deadline = form.querySelector("[data-local-deadline]");
+    if (deadline) {
+      if (deadline.value) syncDeadline(deadline);
+      deadline.addEventListener("input", function () { syncDeadline(deadline); });
+      deadline.addEventListener("change", function () { syncDeadline(deadline); });
+    }
+    if (!box || !template || !add) return;
+    add.hidden = false;
+    add.addEventListener("click", function () {
+      var count = box.querySelectorAll("[data-member]").length;
+      if (count >= Number(box.dataset.max || 64)) return;
+      var holder = document.createElement("div");
+      holder.innerHTML = template.innerHTML.replace(/__i__/g, String(count));
+      var row = holder.firstElementChild;
+      row.querySelector("legend").textContent = "Member " + (count + 1);
+      box.appendChild(row);
+      syncMember(row);
+      row.querySelector("select").focus();
+      if (count + 1 >= Number(box.dataset.max || 64)) add.hidden = true;
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     showTimes(document);
+    var tasks = document.querySelector("[data-task-form]");
+    if (tasks) taskForm(tasks);
     var queue = document.querySelector("[data-queue]");
     if (queue) liveQueue(queue);
     // A checkbox the approver sets once ("then open the next approval") stays as they left it.

@@ -424,6 +424,14 @@ def governed_config(business_url: str, **route_overrides) -> dict:
 
 
 @pytest.fixture
+def world(server, cli, business, sql, tmp_path):
+    """The hub with task control at hand (tests/task_world.py)."""
+    from tests.task_world import World
+
+    return World(server, cli, business, sql, tmp_path)
+
+
+@pytest.fixture
 def governed(cli, business, tmp_path):
     """The hub configured over the demo business system; returns an agent session on `desk`."""
     path = tmp_path / "governed.json"

@@ -31,7 +31,9 @@ from tests.conftest import serve
 COUNTED = ("bz_agent_sessions", "bz_runs", "bz_messages", "bz_tool_invocations", "bz_tool_approvals",
            "bz_tool_journal", "bz_agent_conversation_archives", "bz_agent_conversation_members",
            "bz_agent_conversation_events", "bz_admins", "bz_admin_tokens", "bz_knowledge_documents",
-           "bz_agent_authorizations", "bz_client_apps", "bz_routes", "bz_tool_providers")
+           "bz_agent_authorizations", "bz_client_apps", "bz_routes", "bz_tool_providers",
+           "bz_agent_tasks", "bz_agent_task_members", "bz_agent_task_enforcements", "bz_agent_task_invocations",
+           "bz_agent_task_runs", "bz_agent_task_events")
 
 
 def look(hub_url: str) -> dict:
@@ -113,6 +115,45 @@ def test_the_demo_covers_every_invocation_outcome(seeded):
     assert statuses[demo_invocation_id("demo-raise-northwind")] == "denied"
     assert statuses[demo_invocation_id("demo-read-contoso")] == "reconciliation_required"
     assert statuses[demo_invocation_id("demo-import-week-48")] == "awaiting_approval"
+
+
+def test_the_demo_shows_task_control(seeded, admin_api):
+    """Three tasks made and worked through the admin and agent APIs: one near its write budget
+    (4 of 5 spent by real calls), one paused after some work, one cancelled."""
+    tasks = seeded.summary["tasks"]
+    listed = {t["task_id"]: t for t in admin_api("/admin/api/agent-tasks")["items"]}
+    assert set(listed) == set(tasks.values())
+
+    near = admin_api(f"/admin/api/agent-tasks/{tasks['near_budget']}")
+    task = near["task"]
+    assert (task["state"], task["revision"]) == ("active", 1)
+    assert task["policy"]["max_write_calls"] == 5 and task["policy"]["expires_at"] is not None
+    assert task["counters"] == {"write_reserved": 0, "write_consumed": 4, "active_permits": 0}
+    note = ("customer_note_add", "consumed", "confirmed_dispatched")
+    assert sorted((i["tool"], i["budget_state"], i["outcome"]) for i in near["invocations"]) == [
+        ("customer_get", None, "confirmed_dispatched"), note, note, note, note]
+
+    paused = admin_api(f"/admin/api/agent-tasks/{tasks['paused']}")
+    assert (paused["task"]["state"], paused["task"]["revision"]) == ("paused", 2)
+    assert paused["task"]["counters"] == {"write_reserved": 0, "write_consumed": 1, "active_permits": 0}
+    assert len(paused["invocations"]) == 2
+
+    cancelled = admin_api(f"/admin/api/agent-tasks/{tasks['cancelled']}")
+    assert (cancelled["task"]["state"], cancelled["task"]["revision"]) == ("cancelled", 2)
+    assert cancelled["task"]["policy"]["max_write_calls"] == 0
+    assert {m["workspace"] for m in cancelled["task"]["members"]} == {"customers", "orders"}
+
+    with psycopg.connect(seeded.url) as conn:
+        events = conn.execute("SELECT task_id::text, event, actor FROM bz_agent_task_events "
+                              "WHERE event IN ('created', 'pause', 'cancel') ORDER BY task_id, sequence").fetchall()
+        bound = conn.execute("SELECT count(*) FROM bz_agent_task_runs").fetchone()[0]
+        statuses = dict(conn.execute("SELECT invocation_id, status FROM bz_tool_invocations").fetchall())
+    assert {(t, e) for t, e, _ in events} == {(t, "created") for t in tasks.values()} | {
+        (tasks["paused"], "pause"), (tasks["cancelled"], "cancel")}
+    assert {a for _, _, a in events} == {"demo-admin"}
+    assert bound == 3
+    assert statuses[demo_invocation_id("demo-task-acme-note-4")] == "executed"
+    assert statuses[demo_invocation_id("demo-task-stock-adjust")] == "executed"
 
 
 def test_the_console_says_the_demo_is_being_prepared_until_it_is_seeded(seeded):
@@ -250,5 +291,6 @@ def test_running_the_demo_again_adds_nothing(seeded):
             apply_config(db, demo_config(seeded.demo.business_url), Path("."))
     assert snapshot() == before
     assert second["long_archive"] == seeded.summary["long_archive"]
+    assert second["tasks"] == seeded.summary["tasks"]
     assert second["business_users"] == seeded.summary["business_users"]
     assert second["agent_login"].startswith(f"bailing-admin agent login --hub {second['hub']} ")

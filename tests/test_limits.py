@@ -178,8 +178,45 @@ TIED: dict[str, list[str]] = {
                            f"{A}#{S}ToolApprovalList/properties/items/maxItems"],
     "APPROVALS_OFFSET_MAX": [f"{A}#/paths/~1tool-approvals/get/parameters/2/schema/maximum"],
     "APPROVAL_REASON_MAX": [f"{A}#{S}Decision/properties/reason/maxLength"],
+    # ------------------------------------------------------------ task control
+    "TASK_MAX_MEMBERS": [
+        "admin-api.json#/components/schemas/AgentTask/properties/member_count/maximum",
+        "admin-api.json#/components/schemas/AgentTask/properties/members/maxItems",
+        "admin-api.json#/components/schemas/AgentTaskCreate/properties/members/maxItems",
+        "agent-api-v1.json#/components/schemas/TaskSnapshot/properties/member_count/maximum"],
+    "TASK_MAX_TOOLS": [
+        "admin-api.json#/components/schemas/AgentTaskMember/properties/allowed_tools/maxItems",
+        "agent-api-v1.json#/components/schemas/TaskMember/properties/allowed_tools/maxItems"],
+    "TASK_MAX_WRITE_CALLS": [
+        "admin-api.json#/components/schemas/AgentTaskPolicy/properties/max_write_calls/maximum",
+        "agent-api-v1.json#/components/schemas/TaskPolicy/properties/max_write_calls/maximum"],
+    "TASK_MAX_CONCURRENT": [
+        "admin-api.json#/components/schemas/AgentTaskPolicy/properties/max_concurrent/maximum",
+        "agent-api-v1.json#/components/schemas/TaskPolicy/properties/max_concurrent/maximum"],
+    "TASK_TEXT_MAX[request_id]": [
+        "admin-api.json#/components/schemas/AgentTaskCreate/properties/request_id/maxLength",
+        "admin-api.json#/components/schemas/AgentTaskControl/properties/request_id/maxLength"],
+    "TASK_TEXT_MAX[client_app_id]": [
+        "admin-api.json#/components/schemas/AgentTaskMember/properties/client_app_id/maxLength"],
+    "TASK_CREATE_BODY_MAX_BYTES": [
+        "admin-api.json#/paths/~1agent-tasks/post/description",
+        "admin-api.json#/paths/~1agent-tasks/post/responses/413/description"],
+    "TASK_CONTROL_BODY_MAX_BYTES": [
+        "admin-api.json#/paths/~1agent-tasks~1{task_id}~1control/post/description",
+        "admin-api.json#/paths/~1agent-tasks~1{task_id}~1control/post/responses/413/description"],
+    "TASK_LIST_LIMIT[0]": [
+        "admin-api.json#/paths/~1agent-tasks/get/parameters/0/schema/default",
+        "admin-api.json#/paths/~1agent-tasks~1{task_id}/get/parameters/1/schema/default"],
+    "TASK_LIST_LIMIT[2]": [
+        "admin-api.json#/paths/~1agent-tasks/get/parameters/0/schema/maximum",
+        "admin-api.json#/paths/~1agent-tasks/get/parameters/0/description",
+        "admin-api.json#/paths/~1agent-tasks~1{task_id}/get/parameters/1/schema/maximum",
+        "admin-api.json#/paths/~1agent-tasks~1{task_id}/get/parameters/1/description",
+        "admin-api.json#/components/schemas/AgentTaskList/properties/items/maxItems",
+        "admin-api.json#/components/schemas/AgentTaskDetail/properties/invocations/maxItems"],
     # ------------------------------------------------------------ formats
-    "SAFE_INTEGER_MAX": [f"{A}#/paths/~1conversation-audits/get/parameters/0/schema/maximum",
+    "SAFE_INTEGER_MAX": [f"{A}#{S}AgentTaskControl/properties/expected_revision/maximum",
+                         f"{A}#/paths/~1conversation-audits/get/parameters/0/schema/maximum",
                          f"{A}#/paths/~1conversation-audits/get/parameters/1/schema/maximum",
                          f"{A}#/paths/~1conversation-audits~1{{archive_id}}/get/parameters/1/schema/maximum",
                          f"{A}#/paths/~1conversation-audits~1{{archive_id}}/get/parameters/2/schema/maximum"],

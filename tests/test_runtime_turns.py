@@ -351,9 +351,7 @@ def test_a_task_enrolled_session_cannot_omit_its_task_binding(server, issue_sess
 
     assert_error(post_turn(server, enrolled, turn_body()), 409, "TASK_REQUIRED")
 
-    assert stored(sql) == before
-    context = turn(server, enrolled, turn_body(task_binding=TASK_BINDING))
-    assert context["task_binding"] == TASK_BINDING
+    assert stored(sql) == before  # a bound turn of a real task: tests/test_task_control.py
 
 
 def _padded(body: dict, size: int) -> bytes:
@@ -440,11 +438,9 @@ def test_the_same_turn_returns_the_same_frozen_run_and_context(server, agent, sq
     {"user_input": "Find the customer named Grace"},
     {"user_message_id": "msg-other"},
     {"knowledge_delivery": "on_demand"},
-    {"task_binding": TASK_BINDING},
     {"renderers": ["markdown"]},
     {"page_context": {"url": "/staff", "title": "Staff"}},
-], ids=["user_input", "user_message_id", "knowledge_delivery", "task_binding", "renderers",
-        "page_context"])
+], ids=["user_input", "user_message_id", "knowledge_delivery", "renderers", "page_context"])
 def test_a_changed_payload_under_the_same_turn_key_is_409(server, agent, sql, change):
     first = turn(server, agent, turn_body())
     before = stored(sql)
@@ -473,16 +469,6 @@ def test_knowledge_delivery_is_echoed_only_when_negotiated(server, agent):
     assert "knowledge_delivery" not in inline["context"]  # echoed only when negotiated
     assert on_demand["context"]["knowledge_delivery"] == "on_demand"
     assert "task_binding" not in inline and "task_binding" not in inline["context"]
-
-
-def test_a_task_binding_is_echoed_and_frozen_with_the_run(server, agent, sql):
-    upper = {**TASK_BINDING, "task_id": TASK_BINDING["task_id"].upper()}
-    context = turn(server, agent, turn_body(task_binding=upper))
-
-    assert context["task_binding"] == TASK_BINDING  # at the top level, task id in lower case
-    assert "task_binding" not in context["context"]
-    assert turn(server, agent, turn_body(task_binding=TASK_BINDING)) == context  # the same binding
-    assert sql("SELECT task_binding FROM bz_runs WHERE id = %s", (context["run_id"],)) == [(TASK_BINDING,)]
 
 
 def test_a_turn_key_belongs_to_one_session(server, agent, issue_session, sql):

@@ -1,4 +1,4 @@
-"""The admin console (Flask + htmx): conversations, approvals, run traces, access log, admins."""
+"""The admin console (Flask + htmx): conversations, approvals, run traces, tasks, access log, admins."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 from flask import Flask, current_app
 
 from . import (access_log, admins, approvals, auth, conversations, delivery, error_pages, notifications, runs,
-               security, text)
+               security, tasks, text)
 
 
 def init_app(app: Flask) -> None:
@@ -24,6 +24,7 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(approvals.bp)
     app.register_blueprint(notifications.bp)
     app.register_blueprint(runs.bp)
+    app.register_blueprint(tasks.bp)
     app.register_blueprint(access_log.bp)
     app.register_blueprint(admins.bp)
 

@@ -9,11 +9,13 @@ import hashlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import requests
 
 from .. import limits
 from ..agent_sdk import AgentAuthError, AgentClient, AgentSdkError, ContractError, HubError, SessionStore, login
+from ..agent_sdk.models import TaskBinding
 from .approver import ConsentError, ConsentPage
 from .consent import DEMO_USERS
 from .state import DemoState
@@ -27,6 +29,15 @@ AGENTS = (
     ("crm-alice-laptop", "crm-demo", "customers", "alice"),
     ("erp-bob", "erp-demo", "orders", "bob"),
 )
+# The agents of the task-control story: sessions of their own, since a session placed in a task
+# must bind every later turn and call to a task, forever (TASK_CONTROL.md §2.3).
+TASK_AGENTS = (
+    ("crm-alice-tasks", "crm-demo", "customers", "alice"),
+    ("erp-bob-tasks", "erp-demo", "orders", "bob"),
+)
+# How far ahead of the first seeding the near-budget task's deadline lies (kept in the demo state,
+# so a second run sends the same create body).
+TASK_DEADLINE_DAYS = 30
 
 
 def demo_uuid(name: str) -> str:
@@ -101,9 +112,11 @@ class Seeder:
         self.agents[name] = AgentClient(store, self.http)
 
     # ---------------------------------------------------------------- runtime
-    def turn(self, agent: str, route: str, conversation: str, turn: str, text: str) -> Run:
+    def turn(self, agent: str, route: str, conversation: str, turn: str, text: str,
+             task: TaskBinding | None = None) -> Run:
         context = self.agents[agent].turn(route, client_conversation_id=conversation, client_turn_id=turn,
-                                          user_message_id=f"{conversation}:{turn}:user", user_input=text)
+                                          user_message_id=f"{conversation}:{turn}:user", user_input=text,
+                                          task_binding=task)
         return Run(context.run_id, conversation, turn, context.capability_revision)
 
     def complete(self, agent: str, run: Run, text: str) -> None:
@@ -160,11 +173,12 @@ class Seeder:
             raise SeedError(str(err)) from None
 
     def _story(self) -> dict:
-        for name, client, route, user in AGENTS:
+        for name, client, route, user in AGENTS + TASK_AGENTS:
             self.connect(name, client, route, user)
         made = {}
         made.update(self.credit_review())
         made.update(self.order_desk())
+        made["tasks"] = self.task_control()
         made["long_archive"] = self.long_archive()
         return made
 
@@ -240,6 +254,85 @@ class Seeder:
              "completed")))
         self.append("erp-bob", v2, events)
         return {"v2_archive": v2.conversation_id}
+
+    # ---------------------------------------------------------------- task control
+    def create_task(self, name: str, members: list[dict], policy: dict) -> dict:
+        """A task through the admin API, as the console creates one. The request id names the
+        member sessions, so a second run (same sessions) is answered with the task it made."""
+        sessions = "-".join(sorted({m["session_id"][:8] for m in members}))
+        return self.admin_call("POST", "/admin/api/agent-tasks",
+                               json={"request_id": f"demo-task-{name}-{sessions}", "members": members,
+                                     "policy": policy})
+
+    def control_task(self, task: dict, action: str) -> dict:
+        current = self.admin_call("GET", f"/admin/api/agent-tasks/{task['task_id']}")["task"]
+        return self.admin_call("POST", f"/admin/api/agent-tasks/{task['task_id']}/control",
+                               json={"request_id": f"demo-{action}-{task['task_id']}", "action": action,
+                                     "expected_revision": current["revision"]})
+
+    def task_deadline(self) -> str:
+        if "task_deadline" not in self.state.data:
+            moment = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(days=TASK_DEADLINE_DAYS)
+            self.state.data["task_deadline"] = moment.strftime("%Y-%m-%dT%H:%M:00.000Z")
+        return str(self.state.data["task_deadline"])
+
+    def task_control(self) -> dict:
+        """Three tasks made and worked through the hub's APIs: one near its write budget (4 of 5
+        used by real calls), one paused after some work, one cancelled. Each step runs only while
+        the task shows it has not run yet, so a second run changes nothing."""
+        alice, bob = self.session_id("crm-alice-tasks"), self.session_id("erp-bob-tasks")
+
+        def member(session: str, app: str, route: str, conversation: str, tools: list[str]) -> dict:
+            return {"session_id": session, "client_app_id": app, "workspace": route,
+                    "client_conversation_id": conversation, "allowed_tools": tools}
+
+        notes = self.create_task("acme-notes", [member(alice, "crm-demo", "customers", "task-acme-notes",
+                                                       ["customer_get", "customer_note_add"])],
+                                 {"max_write_calls": 5, "max_concurrent": 2, "expires_at": self.task_deadline()})
+        if notes["state"] == "active" and notes["ledger_sequence"] == 1:
+            run = self.turn("crm-alice-tasks", "customers", "task-acme-notes", "t1",
+                            "Log this week's four calls with ACME on their timeline.",
+                            TaskBinding(notes["task_id"], notes["scope_hash"]))
+            self.invoke("crm-alice-tasks", "customers", run, "demo-task-acme-read", "customer_get",
+                        {"customer_id": "C-100234"})
+            for n, text in enumerate(("Monday: confirmed the framework agreement FA-2026-17.",
+                                      "Tuesday: agreed delivery slots for December.",
+                                      "Wednesday: invoice INV-20931 will be paid on Friday.",
+                                      "Thursday: asked for a second contact in purchasing."), start=1):
+                self.invoke("crm-alice-tasks", "customers", run, f"demo-task-acme-note-{n}", "customer_note_add",
+                            {"customer_id": "C-100234", "body": text})
+            self.complete("crm-alice-tasks", run, "Logged the four calls; one more write is left in this task.")
+
+        stock = self.create_task("stock-count", [member(bob, "erp-demo", "orders", "task-stock-count-berlin",
+                                                        ["inventory_adjust", "inventory_get"])],
+                                 {"max_write_calls": 20, "max_concurrent": 1, "expires_at": None})
+        if stock["state"] == "active":
+            if stock["ledger_sequence"] == 1:
+                run = self.turn("erp-bob-tasks", "orders", "task-stock-count-berlin", "t1",
+                                "Book the Berlin cycle count: three more ABC-1001 than the system shows.",
+                                TaskBinding(stock["task_id"], stock["scope_hash"]))
+                self.invoke("erp-bob-tasks", "orders", run, "demo-task-stock-read", "inventory_get",
+                            {"sku": "ABC-1001", "warehouse_id": "WH-BER"})
+                self.invoke("erp-bob-tasks", "orders", run, "demo-task-stock-adjust", "inventory_adjust",
+                            {"sku": "ABC-1001", "warehouse_id": "WH-BER", "quantity_delta": 3,
+                             "reason": "cycle_count", "reference": "COUNT-BER-48"})
+                self.complete("erp-bob-tasks", run, "Booked +3 ABC-1001 in Berlin (cycle count COUNT-BER-48).")
+            stock = self.control_task(stock, "pause")
+
+        review = self.create_task("northwind-review", [
+            member(alice, "crm-demo", "customers", "task-northwind-review", ["customer_get", "customer_search"]),
+            member(bob, "erp-demo", "orders", "task-northwind-orders", ["order_get", "order_list"])],
+            {"max_write_calls": 0, "max_concurrent": 2, "expires_at": None})
+        if review["state"] != "cancelled":
+            if review["ledger_sequence"] == 1:
+                run = self.turn("crm-alice-tasks", "customers", "task-northwind-review", "t1",
+                                "Look up Northwind before the account review.",
+                                TaskBinding(review["task_id"], review["scope_hash"]))
+                self.invoke("crm-alice-tasks", "customers", run, "demo-task-northwind-read", "customer_get",
+                            {"customer_id": "C-100235"})
+                self.complete("crm-alice-tasks", run, "Northwind's record is ready for the review.")
+            review = self.control_task(review, "cancel")
+        return {"near_budget": notes["task_id"], "paused": stock["task_id"], "cancelled": review["task_id"]}
 
     def long_archive(self) -> str:
         """One archive of exactly 20,000 events: 5,000 short turns of a long shift."""

@@ -1,8 +1,9 @@
 """Admin roles and the permissions each holds: the one place this mapping lives."""
 from __future__ import annotations
 
+# clients:read / clients:write: task control (TASK_CONTROL.md §9.1), the admin role's alone.
 PERMISSIONS = ("runs:read", "audit:read", "approvals:read", "approvals:decide", "config:write",
-               "admins:manage")
+               "admins:manage", "clients:read", "clients:write")
 
 ROLES: dict[str, frozenset[str]] = {
     "admin": frozenset(PERMISSIONS),

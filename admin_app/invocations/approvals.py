@@ -28,6 +28,7 @@ from ..errors import ApiError, invalid_request
 from ..identity.models import Admin, AgentSession
 from ..observability.metrics import tool_call_outcome
 from ..validation import Checker
+from ..tasks import metering
 from .models import Approval, Invocation
 
 NUMBER_MAX = 2**63 - 1
@@ -170,6 +171,11 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
         raise invalid_request(checker)
     approval_id = parse_id(db, approval_ref)
     now = utc_now()
+    # The invocation's row first, as a resume takes it: the two then never wait on each other
+    # in opposite orders (approval, then task, here; task, then approval, there).
+    job_id = db.scalar(select(Approval.job_id).where(Approval.id == approval_id))
+    if job_id is not None:
+        db.execute(select(Invocation.id).where(Invocation.id == job_id).with_for_update())
     decided = db.execute(
         update(Approval)
         .where(Approval.id == approval_id, decidable_clause(now),
@@ -195,6 +201,7 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
         assert isinstance(ended, CursorResult)  # an UPDATE's result, which counts its rows
         if ended.rowcount:
             tool_call_outcome(db, "denied")
+            metering.release(db, job_id, "approval_denied")  # a task's write budget comes back now
     db.expire_all()
     # `ok` and `rerun` as upstream answers a decision: an agent's call never reruns by itself,
     # the agent resumes it.

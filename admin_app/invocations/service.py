@@ -38,6 +38,7 @@ from ..identity.workspace import resolve_route
 from ..js_json import byte_length
 from ..notifications import outbox
 from ..runtime.models import Run
+from ..tasks import metering
 from ..validation import UUID_V1_5, Checker
 from . import approvals, dispatch
 from .models import Approval, Invocation, JournalEntry
@@ -213,13 +214,18 @@ class Dispatcher:
 
 
 def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvider,
-             arguments: dict, dispatcher: Dispatcher) -> dict | None:
-    """Write the journal row for a dispatch about to happen; None when the provider secret is
-    missing (the call is then refused before anything is sent)."""
+             arguments: dict, dispatcher: Dispatcher, managed: metering.Managed | None) -> dict | None:
+    """Write the journal row for a dispatch about to happen (under a task, with its permit,
+    granted first); None when the provider secret is missing (the call is then refused before
+    anything is sent, and a task gives its reservation back)."""
     secret = os.environ.get(provider.secret_env)
     if not secret:
         inv.status, inv.reason = "rejected_before_dispatch", "provider_secret_unavailable"
+        if managed is not None:
+            metering.release(db, inv.id, inv.reason)
         return None
+    if managed is not None:
+        metering.grant(db, managed, inv.id, utc_now())
     call = dispatch.prepare(visible.tool, provider.base_url, arguments)
     key = sha256_json({"invocation": str(inv.id), "tool": inv.tool, "args_hash": inv.args_hash,
                        "on_behalf_of": inv.on_behalf_of})
@@ -244,6 +250,8 @@ def _send_and_record(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict) -> N
                             idempotency_key=plan["key"], timeout_ms=plan["timeout_ms"])
     with dispatcher.session() as db:
         inv = db.get(Invocation, inv_id, with_for_update=True)
+        # The task's settlement commits with the outcome: unknown keeps permit and reservation.
+        metering.settle(db, inv_id, dispatched=None if outcome.uncertain else True)
         journal = db.get(JournalEntry, inv_id, with_for_update=True)
         journal.finished_at = utc_now()
         journal.http_status = outcome.http_status
@@ -312,13 +320,14 @@ def invoke(database: Database, bearer: str | None, body: dict) -> dict:
         return _invoke(dispatcher, bearer, body)
 
 
-def _run_of(db: Session, session: AgentSession, route_key: str, run_id: uuid.UUID | None) -> None:
+def _run_of(db: Session, session: AgentSession, route_key: str, run_id: uuid.UUID | None) -> Run | None:
     """The named run must be a turn of this session in this route."""
     if run_id is None:
-        return
+        return None
     run = db.get(Run, run_id)
     if run is None or run.session_id != session.id or run.route_key != route_key:
         raise ApiError("agent_run_conflict")
+    return run
 
 
 def _still_authorized(db: Session, route, session: AgentSession, inv: Invocation,
@@ -345,16 +354,20 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
         run_id = str(run_uuid) if run_uuid else None
         request_hash = sha256_json({"route": route.route_key, "tool": body["tool"],
                                     "run_id": run_id, "args_hash": args_hash})
-        _run_of(db, session, route.route_key, run_uuid)
+        run = _run_of(db, session, route.route_key, run_uuid)
+        now = utc_now()
         existing = db.scalar(select(Invocation).where(
             Invocation.session_id == session.id, Invocation.invocation_id == body["invocation_id"]))
         if existing is not None:
             if existing.request_hash != request_hash \
                     or existing.capability_revision != body["capability_revision"]:
                 raise ApiError("invocation_conflict")
-            # A replay answers only while the tool is still authorized as it was.
+            # A replay answers only while its task's group and the tool are still authorized.
+            metering.for_invocation(db, session, existing, now)
             _still_authorized(db, route, session, existing)
             return view(db, existing, _approval(db, existing))
+        # Under a task (the run's, never the request's): run active and group verified first.
+        managed = metering.for_run(db, session, run, now, new=True)
         projection = project(db, route, session)
         visible = projection.tools.get(body["tool"])
         if visible is None:
@@ -378,6 +391,8 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
             inv.status, inv.reason = "rejected_before_dispatch", rejection
         elif policy is not None:
             inv.status = "awaiting_approval"
+            if managed is not None:  # reserved while it waits; no permit until it is resumed
+                metering.reserve(db, managed, inv, readonly=visible.tool.readonly, approval_required=True, now=now)
             approval = Approval(
                 id=uuid.uuid4(), job_id=inv.id, tool=inv.tool, route_key=inv.route_key,
                 risk=visible.tool.risk, policy=policy, prompt=visible.tool.approval_prompt,
@@ -387,8 +402,13 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
                 expires_at=approvals.expiry(route.approvals or {}, inv.tool))
             db.add(approval)
             outbox.enqueue(db, approval)  # notifications, in this same transaction
+            if managed is not None:
+                db.flush()
+                metering.link_approval(db, inv.id, approval.id)
         else:
-            plan = _reserve(db, inv, visible, _provider(db, visible.tool.provider), arguments, dispatcher)
+            if managed is not None:
+                metering.reserve(db, managed, inv, readonly=visible.tool.readonly, approval_required=False, now=now)
+            plan = _reserve(db, inv, visible, _provider(db, visible.tool.provider), arguments, dispatcher, managed)
         db.flush()
         result, inv_id = view(db, inv, approval), inv.id
     return _dispatch_planned(dispatcher, inv_id, plan, result)
@@ -429,6 +449,8 @@ def _resume(dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> d
     with dispatcher.session() as db:
         session = _session(db, bearer)
         inv = _own_invocation(db, session, invocation_id, lock=True)
+        # The task of the original call, its whole group verified (the run may have ended).
+        managed = metering.for_invocation(db, session, inv, utc_now())
         visible = _revalidate(db, session, inv)
         approval = _approval(db, inv, lock=True)
         plan = None
@@ -444,9 +466,13 @@ def _resume(dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> d
                     # Only the frozen, hash-checked snapshot may run; without it nothing does.
                     inv.status, inv.reason = "rejected_before_dispatch", "approval_snapshot_unusable"
                 else:
+                    # The permit (in _reserve) before the approval is used: a paused or full
+                    # task refuses, and this whole transaction, consumption included, rolls back.
                     approval.consumed_at = utc_now()
                     plan = _reserve(db, inv, visible, _provider(db, inv.provider),
-                                    json.loads(approval.snapshot), dispatcher)
+                                    json.loads(approval.snapshot), dispatcher, managed)
+            if managed is not None and inv.status != "awaiting_approval" and plan is None:
+                metering.release(db, inv.id, inv.reason or inv.status)  # over, and nothing was sent
         elif inv.status == "in_progress":
             journal = db.get(JournalEntry, inv.id, with_for_update=True)
             if journal is None:  # an attempt without its journal row: never sent again
@@ -454,6 +480,7 @@ def _resume(dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> d
             elif _interrupted(db, journal, visible.tool.timeout_ms):
                 journal.state, journal.failure, journal.finished_at = "uncertain", "no_outcome_recorded", utc_now()
                 inv.status, inv.reason = "reconciliation_required", "no_outcome_recorded"
+                metering.settle(db, inv.id, dispatched=None)  # its permit and reservation stay
         db.flush()
         result, inv_id = view(db, inv, approval), inv.id
     return _dispatch_planned(dispatcher, inv_id, plan, result)
@@ -466,6 +493,7 @@ def receipt(database: Database, bearer: str | None, invocation_id: str) -> dict:
     with database.session() as db:
         session = _session(db, bearer)
         inv = _own_invocation(db, session, invocation_id, lock=False)
+        metering.for_invocation(db, session, inv, utc_now())  # verifies a task's group; changes nothing else
         visible = _revalidate(db, session, inv, fingerprint=False)
         journal = db.get(JournalEntry, inv.id)
         unresolved = _interrupted(db, journal, visible.tool.timeout_ms)

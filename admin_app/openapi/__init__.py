@@ -16,7 +16,8 @@ DOCUMENTS = {surface.prefix: surface.document for surface in SURFACES}
 # Views that exist only to refuse (every request they match is a 404), so they are not part of
 # any contract: the agent side of Conversation Audit has no transcript reads, and its admin side
 # only the two reads.
-REFUSAL_ONLY_ENDPOINTS = frozenset({"agent_audit.no_reads", "admin_api.conversation_audits_elsewhere"})
+REFUSAL_ONLY_ENDPOINTS = frozenset({"agent_audit.no_reads", "admin_api.conversation_audits_elsewhere",
+                                    "admin_tasks.not_here"})
 
 bp = Blueprint("openapi", __name__)
 

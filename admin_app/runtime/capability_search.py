@@ -2,7 +2,8 @@
 ranked against a query or against the user input of one of the session's runs.
 
 Every authorized tool is a candidate (zero scores are kept); at most `limit` are returned, by
-default the route's active tool limit. A task-enrolled session searches only with a bound run.
+default the route's active tool limit. A task-enrolled session searches only with a bound run
+(tasks.agent.search_gate).
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from ..catalog.search import discovery, rank
 from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, Route
 from ..validation import Checker, client_text
-from . import client_input, profile, task_binding
+from ..canonical import utc_now
+from ..tasks import agent as task_agent
+from . import client_input, profile
 from .turns import find_run, user_input_of
 
 SCHEMA = "bailing.agent-capability-search.v1"
@@ -43,9 +46,9 @@ def search(db: Session, session: AgentSession, route: Route, body: dict) -> dict
         raise invalid_request(checker)
 
     run = find_run(db, session, run_id) if run_id is not None else None
-    # A bare query, or a run outside any task, would escape the task's scope.
-    if session.task_enrolled and (run is None or run.task_binding is None):
-        raise task_binding.task_required()
+    # Before the route's own checks: a bare query, or a run outside any task, would escape the
+    # task's scope; a bound run's task must be able to dispatch.
+    task_agent.search_gate(db, session, route.route_key, run, utc_now())
     if run_id is not None:
         if run is None or run.route_key != route.route_key:
             raise _run_not_found()

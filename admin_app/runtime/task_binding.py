@@ -1,18 +1,13 @@
-"""The trusted `task_binding` of a turn, and the rule that a task-enrolled session cannot act
-without one.
-
-A binding is exactly `{schema_version, task_id, scope_hash}`; its task id is normalised to lower
-case. The hub keeps no task tables: an admitted binding is frozen with the run and echoed at the
-top level of the turn context, and a session enrolled by `sessions issue --task-enrolled` must
-bind every turn, and search only with a bound run.
-"""
+"""The trusted `task_binding` of a turn, as sent: exactly `{schema_version, task_id,
+scope_hash}`, its task id normalised to lower case. Admission against the task itself is
+tasks.agent.admit_turn; an admitted binding is frozen with the run and echoed at the top level of
+the turn context."""
 from __future__ import annotations
 
 import re
 from typing import Any
 
 from ..errors import ApiError
-from ..identity.models import AgentSession
 from ..validation import UUID_V1_5
 
 SCHEMA = "bailing.agent-task-binding.v1"
@@ -39,12 +34,3 @@ def parse(value: Any) -> dict:
     if not isinstance(scope_hash, str) or not HEX64.fullmatch(scope_hash):
         raise _invalid("task_binding.scope_hash must be 64 lowercase hex digits.")
     return {"schema_version": SCHEMA, "task_id": task_id.lower(), "scope_hash": scope_hash}
-
-
-def task_required() -> ApiError:
-    return ApiError("TASK_REQUIRED")
-
-
-def require_binding(session: AgentSession, binding: dict | None) -> None:
-    if binding is None and session.task_enrolled:
-        raise task_required()

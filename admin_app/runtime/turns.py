@@ -25,6 +25,7 @@ from ..errors import ApiError, invalid_request
 from ..identity.models import AgentSession, Route
 from ..identity.workspace import resolve_route
 from ..js_json import byte_length
+from ..tasks import agent as task_agent
 from ..validation import Checker, client_text, join
 from . import client_input, knowledge, memory, profile, task_binding
 from .models import Message, Run, Thread
@@ -61,7 +62,7 @@ def _renderers(checker: Checker, value) -> None:
             seen.add(name)
 
 
-def normalise_turn(body: dict, session: AgentSession) -> dict:
+def normalise_turn(body: dict) -> dict:
     """The turn request as the hub freezes it (identifiers trimmed, binding normalised), or the
     refusal: 400 invalid_request, 413 page_context_too_large, then the task-control codes."""
     checker = Checker()
@@ -92,7 +93,6 @@ def normalise_turn(body: dict, session: AgentSession) -> dict:
                        max_bytes=limits.PAGE_CONTEXT_MAX_BYTES)
     if "task_binding" in body:
         turn["task_binding"] = task_binding.parse(body["task_binding"])
-    task_binding.require_binding(session, turn.get("task_binding"))
     return turn
 
 
@@ -127,14 +127,19 @@ def _knowledge(db: Session, route: Route, settings: dict, query: str, on_demand:
 
 
 def prepare_turn(db: Session, session: AgentSession, route: Route, body: dict) -> dict:
-    turn = normalise_turn(body, session)
+    turn = normalise_turn(body)
     request_hash = sha256_json({"route": route.route_key, "request": turn})
+    # Task admission comes before anything of the turn exists (TASK_CONTROL.md §8.3).
+    task_id = task_agent.admit_turn(db, session, route.route_key, turn["client_conversation_id"],
+                                    turn.get("task_binding"), utc_now())
     thread = _thread(db, session, route.route_key, turn["client_conversation_id"])
     existing = db.scalar(select(Run).where(Run.thread_id == thread.id,
                                            Run.client_turn_id == turn["client_turn_id"]))
     if existing is not None:
         if existing.request_hash != request_hash:
             raise _turn_conflict("This turn was already prepared with a different request.")
+        if task_id is not None:
+            task_agent.replayed_run(db, task_id, existing)
         return existing.context
     used = db.scalar(select(Message.id).where(Message.thread_id == thread.id, Message.role == "user",
                                               Message.message_id == turn["user_message_id"]))
@@ -172,13 +177,16 @@ def prepare_turn(db: Session, session: AgentSession, route: Route, body: dict) -
         },
         "active_tools": [v.projection() for v in rank(projection, query)[:profile.active_tool_limit(route)]],
     }
-    db.add(Run(id=run_id, thread_id=thread.id, session_id=session.id,
-               client_app_id=session.client_app_id, route_key=route.route_key,
-               client_conversation_id=turn["client_conversation_id"],
-               client_turn_id=turn["client_turn_id"], user_message_id=turn["user_message_id"],
-               request_hash=request_hash, context=context, profile_revision=prof["revision"],
-               capability_revision=projection.revision, task_binding=turn.get("task_binding")))
+    run = Run(id=run_id, thread_id=thread.id, session_id=session.id,
+              client_app_id=session.client_app_id, route_key=route.route_key,
+              client_conversation_id=turn["client_conversation_id"],
+              client_turn_id=turn["client_turn_id"], user_message_id=turn["user_message_id"],
+              request_hash=request_hash, context=context, profile_revision=prof["revision"],
+              capability_revision=projection.revision, task_binding=turn.get("task_binding"))
+    db.add(run)
     db.flush()
+    if task_id is not None:
+        task_agent.bind_run(db, task_id, run)  # with the run, in its transaction
     db.add(Message(thread_id=thread.id, run_id=run_id, role="user",
                    message_id=turn["user_message_id"], content=turn["user_input"]))
     db.flush()
