@@ -119,8 +119,9 @@ def test_plain_http_errors_map_to_codes_of_their_own_status():
 
 
 def test_the_areas_internal_error_codes_are_500s():
+    # Task control alone fails closed with 503 "retry with the original request" (TASK_CONTROL.md §9.1).
     for _, code in (*surfaces.AREA_INTERNAL_ERROR_CODES, (None, surfaces.INTERNAL_ERROR_CODE)):
-        assert CODES[code].status == 500, code
+        assert CODES[code].status == (503 if code == "TASK_UNAVAILABLE" else 500), code
 
 
 # ---------------------------------------------------------------- the registry's own claims

@@ -71,5 +71,6 @@ def control(task_id: str):
 @bp.route("/<task_id>", methods=["POST", "PUT", "PATCH", "DELETE"])
 @bp.route("/<task_id>/control", methods=["GET", "PUT", "PATCH", "DELETE"])
 @bp.route("/<path:rest>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+@admin_permission_required(None)  # a stranger learns nothing, not even what is not here
 def not_here(**_parts):
     raise ApiError("not_found")
