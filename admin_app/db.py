@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,9 +36,11 @@ def sqlalchemy_url(url: str) -> str:
 class Database:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self._engine: Engine | None = None
-        self._pid: int | None = None
-        self._sessions: sessionmaker[Session] | None = None
+        # (pid, engine, session factory) of the process that made them, published in one
+        # assignment: a worker's first request and its notification thread reach for them at the
+        # same moment, and neither may see an engine whose factory is not there yet.
+        self._made: tuple[int, Engine, sessionmaker[Session]] | None = None
+        self._making = threading.Lock()
         self._url: str | None = None
 
     def url(self) -> str:
@@ -56,26 +59,40 @@ class Database:
             hide_password=False
         )
 
+    def _for_this_process(self) -> tuple[Engine, sessionmaker[Session]]:
+        made = self._made
+        if made is None or made[0] != os.getpid():
+            with self._making:  # one engine per process, however many threads ask at once
+                made = self._made
+                if made is None or made[0] != os.getpid():
+                    engine = self._create_engine()
+                    made = self._made = (os.getpid(), engine, sessionmaker(engine, expire_on_commit=False))
+        return made[1], made[2]
+
+    def _create_engine(self) -> Engine:
+        engine = create_engine(
+            sqlalchemy_url(self.url()),
+            pool_size=self.settings.db_pool_size,
+            max_overflow=self.settings.db_max_overflow,
+            pool_recycle=1800,
+            # A failed statement's message (and so the log) never carries its bound values:
+            # they can be secrets, token hashes or an agent's text.
+            hide_parameters=True,
+            connect_args={"connect_timeout": 5, "application_name": "bailing-hub"},
+        )
+        event.listen(engine, "connect", _on_connect)
+        event.listen(engine, "checkin", _on_checkin)
+        event.listen(engine, "checkout", _on_checkout)
+        return engine
+
     @property
     def engine(self) -> Engine:
-        if self._engine is None or self._pid != os.getpid():
-            engine = create_engine(
-                sqlalchemy_url(self.url()),
-                pool_size=self.settings.db_pool_size,
-                max_overflow=self.settings.db_max_overflow,
-                pool_recycle=1800,
-                # A failed statement's message (and so the log) never carries its bound values:
-                # they can be secrets, token hashes or an agent's text.
-                hide_parameters=True,
-                connect_args={"connect_timeout": 5, "application_name": "bailing-hub"},
-            )
-            event.listen(engine, "connect", _on_connect)
-            event.listen(engine, "checkin", _on_checkin)
-            event.listen(engine, "checkout", _on_checkout)
-            self._engine = engine
-            self._pid = os.getpid()
-            self._sessions = sessionmaker(engine, expire_on_commit=False)
-        return self._engine
+        return self._for_this_process()[0]
+
+    def existing_engine(self) -> Engine | None:
+        """This process's engine if it has made one (never makes one, or starts a server)."""
+        made = self._made
+        return made[1] if made is not None and made[0] == os.getpid() else None
 
     @contextmanager
     def session(self, connection: Connection | None = None) -> Iterator[Session]:
@@ -83,9 +100,8 @@ class Database:
         an error marked `commit_anyway` (a refusal whose fail-closed side effect, such as
         revoking a session, must stand). On `connection` (one the caller checked out and keeps
         across several transactions) instead of one of its own from the pool."""
-        self.engine  # noqa: B018 - makes sure this process has its engine and factory
-        assert self._sessions is not None
-        with (self._sessions(bind=connection) if connection is not None else self._sessions()) as session:
+        sessions = self._for_this_process()[1]
+        with (sessions(bind=connection) if connection is not None else sessions()) as session:
             session.begin()
             try:
                 yield session
@@ -99,10 +115,11 @@ class Database:
                 _commit(session)
 
     def dispose(self) -> None:
-        if self._engine is not None and self._pid == os.getpid():
-            self._engine.dispose()
-        self._engine = None
-        self._sessions = None
+        with self._making:
+            engine = self.existing_engine()
+            if engine is not None:
+                engine.dispose()
+            self._made = None
 
 
 _AT_COMMIT = "bailing.at_commit"

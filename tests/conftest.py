@@ -11,6 +11,7 @@ import sys
 import tempfile
 import threading
 import uuid
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -58,15 +59,19 @@ _STARTED_SERVER = pytest.StashKey[bool]()
 def pytest_collection_modifyitems(config, items):
     """With BAILING_TEST_SERVER_ONLY=1 (CI's second pass, on an external server, after a whole run
     on the embedded one) a run skips what does the same work whatever server the suite uses: the
-    tests marked `own_servers`, and the browser tests (what the console does in Chromium is the
-    same; the SQL behind its pages runs in the server-side console tests, which stay)."""
+    tests marked `own_servers` or `any_server`, and the browser tests (what the console does in
+    Chromium is the same; the SQL behind its pages runs in the server-side console tests, which
+    stay)."""
     if os.environ.get("BAILING_TEST_SERVER_ONLY") != "1":
         return
     own = pytest.mark.skip(reason="starts its own servers; already run in the embedded-server pass")
+    same = pytest.mark.skip(reason="the same work on any server; already run in the embedded-server pass")
     in_browser = pytest.mark.skip(reason="a browser test; already run in the embedded-server pass")
     for item in items:
         if item.get_closest_marker("own_servers"):
             item.add_marker(own)
+        elif item.get_closest_marker("any_server"):
+            item.add_marker(same)
         elif "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(in_browser)
 
@@ -117,6 +122,9 @@ def pg_admin_url() -> str:
     return admin_url
 
 
+COPIES_AHEAD = 2
+
+
 class Databases:
     """Creates uniquely named databases on the test server and drops them: a test's own as soon as
     it is done, in the background while the next tests run (`release`), the rest at the end."""
@@ -128,6 +136,18 @@ class Databases:
         # kept a worker busy for two minutes; one at a time beside the tests, they cost nothing.
         self._dropper = ThreadPoolExecutor(max_workers=1)
         self._dropping: list[Future] = []
+        # Copies of a template made ahead, while the tests run: on a server that flushes to disk
+        # (CI's second pass), a CREATE DATABASE waits on fsyncs for ~0.3 s, most of a test's setup,
+        # and a few made side by side share their flushes.
+        self._maker = ThreadPoolExecutor(max_workers=COPIES_AHEAD)
+        self._ahead: dict[str, deque[Future[str]]] = {}
+
+    def copy(self, template: str) -> str:
+        """A new database copied from `template`, which must never change once copied."""
+        ahead = self._ahead.setdefault(template, deque())
+        while len(ahead) <= COPIES_AHEAD:
+            ahead.append(self._maker.submit(self.create, template))
+        return ahead.popleft().result()
 
     def create(self, template: str | None = None) -> str:
         name = f"bz_test_{uuid.uuid4().hex[:12]}"
@@ -158,6 +178,10 @@ class Databases:
         self._dropping.append(self._dropper.submit(self._drop, name))
 
     def drop_all(self) -> None:
+        for ahead in self._ahead.values():
+            for made in ahead:
+                made.result()  # so in `created`, to be dropped below
+        self._maker.shutdown()
         for dropping in self._dropping:
             dropping.result()  # a failed drop fails the run's end, not silently
         self._dropper.shutdown()
@@ -191,7 +215,7 @@ def empty_db(databases):
 
 @pytest.fixture
 def db_url(databases, migrated_template):
-    url = databases.create(template=migrated_template)
+    url = databases.copy(migrated_template)
     yield url
     databases.release(url)
 

@@ -31,6 +31,9 @@ from admin_app.config import PROJECT_ROOT
 
 from .conftest import LiveServer
 
+# The SDK against a scripted hub: no database at all.
+pytestmark = pytest.mark.any_server
+
 SESSION_ID = "1b4e28ba-2fa1-41d2-883f-0016d3cca427"
 OTHER_SESSION = "6fa459ea-ee8a-4ca4-894e-db77e160355e"
 RUN_ID = "2c5ea4c0-4067-41fa-8c2b-2f4d5d1c7e11"

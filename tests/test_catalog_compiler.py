@@ -16,6 +16,9 @@ from admin_app.catalog.projection import Visible
 from admin_app.catalog.text_bounds import bound_description, bound_guidance
 from tests.conftest import EXAMPLES
 
+# Pure Python: no database.
+pytestmark = pytest.mark.any_server
+
 PROVIDER_TIMEOUT = 7777  # distinct from every ACC timeout_ms in the examples
 BASE_URL = "http://127.0.0.1:8100"
 

@@ -317,6 +317,8 @@ def test_mutated_configuration_applies_or_names_every_problem(app, configured, t
         assert set(outcome[1]) == {"created", "changed", "unchanged", "warnings"}, done
 
 
+# Its cost is 20 bailing-admin processes; the SQL they reach is the in-process test's above.
+@pytest.mark.any_server
 @settings(max_examples=PROCESS_EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_mutated_configuration_through_the_command(db_url, configured, sql, tmp_path, data):

@@ -10,6 +10,9 @@ from markupsafe import Markup
 
 from admin_app.console.text import HIDDEN, describe, markdown, marked, reveal, snippet
 
+# Pure Python: no database.
+pytestmark = pytest.mark.any_server
+
 
 def marker(short: str, title: str) -> str:
     return f'<span class="invisible-char" title="{title}">⟨{short}⟩</span>'

@@ -139,6 +139,40 @@ def test_threads_sharing_a_small_pool_never_share_a_connection(app, sql):
     assert [n for n, _ in rows(sql)] == list(range(400))
 
 
+def test_threads_that_first_reach_a_new_database_at_once_share_one_engine(app, monkeypatch):
+    """A forked gunicorn worker's first request and its notification thread make the process's
+    engine at the same moment: neither may see it half made (this was a 500 now and then, after
+    a worker restart), and only one is made."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from admin_app.db import Database
+
+    database = Database(app.extensions["bailing"].settings)
+    made = []
+    slow_factory = db_module.sessionmaker
+
+    def sessionmaker(engine, **kwargs):
+        made.append(engine)
+        time.sleep(0.2)  # widens the moment between the engine and its session factory
+        return slow_factory(engine, **kwargs)
+
+    monkeypatch.setattr(db_module, "sessionmaker", sessionmaker)
+    start = threading.Barrier(4)
+
+    def first_use(_: int) -> int:
+        start.wait()
+        with database.session() as db:
+            return db.execute(text("SELECT 1")).scalar_one()
+
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            assert list(pool.map(first_use, range(4))) == [1, 1, 1, 1]
+        assert made == [database.engine]
+    finally:
+        database.dispose()
+
+
 def backend_pids(sql) -> list[int]:
     return [pid for (pid,) in sql(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "

@@ -9,6 +9,9 @@ import requests
 
 from tests.helpers import assert_error, assert_ok, cli_ok, cli_refused
 
+# Pure Python: no database.
+pytestmark = pytest.mark.any_server
+
 ENVELOPE = {"error": "invalid_request", "message": "The body is not valid."}
 
 

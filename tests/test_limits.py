@@ -19,6 +19,9 @@ from admin_app import limits
 from admin_app.config import PROJECT_ROOT
 from admin_app.validation import SAFE_INTEGER_MAX
 
+# Pure Python: no database.
+pytestmark = pytest.mark.any_server
+
 OPENAPI = PROJECT_ROOT / "admin_app" / "openapi"
 KEYWORDS = ("maxItems", "minItems", "maxLength", "minLength", "maxProperties", "minProperties",
             "maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum", "multipleOf")

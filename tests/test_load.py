@@ -12,9 +12,14 @@ from __future__ import annotations
 import os
 
 import psycopg
+import pytest
 
 from bench.load import Load, Plan, figures, final_read, provision, report, verify
 from tests.gunicorn_hub import GunicornHub
+
+# Gunicorn workers under load: what costs is the workers and the clients, the same on
+# any server (the SQL of appends and reads runs in tests/test_audit_*.py).
+pytestmark = pytest.mark.any_server
 
 SECONDS = float(os.environ.get("BAILING_LOAD_SECONDS", "6"))
 WORKERS = 3

@@ -13,6 +13,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import requests
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
@@ -289,6 +290,7 @@ def _requests_of(files: list[Path]) -> float:
     return total
 
 
+@pytest.mark.any_server  # gunicorn workers and their metric files
 def test_multiprocess_mode_sums_every_gunicorn_worker(db_url, tmp_path):
     folder = tmp_path / "prometheus"
     folder.mkdir()

@@ -50,6 +50,7 @@ def line_of(lines: list[dict], response) -> dict:
 
 # ----------------------------------------------------------------------------- gunicorn
 
+@pytest.mark.any_server  # a gunicorn worker's log lines
 def test_gunicorn_writes_one_json_line_per_request_and_no_secret(db_url, tmp_path, configured):
     with GunicornHub(db_url, workers=1, data_dir=tmp_path / "var") as hub:
         http = requests.Session()

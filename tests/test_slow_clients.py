@@ -6,8 +6,13 @@ docs/operations.md) they hold two threads and every other request is still answe
 The figures for more set-ups and more clients come from bench/slow_clients.py."""
 from __future__ import annotations
 
+import pytest
+
 from bench.slow_clients import PROBE_TIMEOUT, gunicorn_args, measure
 from tests.gunicorn_hub import GunicornHub
+
+# Gunicorn workers held by slow sockets: no SQL is at stake.
+pytestmark = pytest.mark.any_server
 
 WINDOW_S = 3.0
 DRIP_S = 0.5

@@ -132,6 +132,7 @@ def serving(kind: str, db_url: str, tmp_path):
             yield hub.url
 
 
+@pytest.mark.any_server  # its cost is the servers' threads and workers and the clients
 @pytest.mark.parametrize("kind", ["werkzeug-threaded", "gunicorn-gthread", "gunicorn-sync"])
 def test_appends_turns_and_reads_on_a_threaded_server_store_exactly_what_was_acknowledged(
         kind, db_url, cli, tmp_path):

@@ -11,6 +11,9 @@ import pytest
 
 from admin_app.validation import MAX_JSON_DEPTH, strict_json_loads
 
+# Pure Python: no database.
+pytestmark = pytest.mark.any_server
+
 REFUSED = {
     "NUL in a value": r'{"a": "x\u0000y"}',
     "NUL in a key": r'{"x\u0000": 1}',

@@ -23,6 +23,10 @@ from tests.gunicorn_hub import GunicornHub
 from tests.task_world import CUSTOMER, INVOCATIONS, READ, SMALL, WRITE, World, binding, iid
 from tests.test_crash import established, workers_holding
 
+# What costs here is gunicorn workers and 50 callers; what they prove rests on PostgreSQL row locks,
+# the same on any server.
+pytestmark = pytest.mark.any_server
+
 CALLERS = 50
 BUDGET = 5
 PERMITS = 2

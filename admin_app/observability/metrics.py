@@ -118,8 +118,7 @@ def update_pool(app: Flask) -> None:
     """This process's pool figures, for the app's database (nothing if it has no engine yet)."""
     hub = app.extensions["bailing"]
     POOL_MAX_OVERFLOW.set(hub.settings.db_max_overflow)
-    db = hub.db
-    engine = db._engine if db._pid == os.getpid() else None  # never creates one (or a server)
+    engine = hub.db.existing_engine()  # never creates one (or a server)
     if engine is None:
         return
     pool = engine.pool
