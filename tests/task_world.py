@@ -181,3 +181,15 @@ class World:
 
 def binding(task: dict) -> dict:
     return {"schema_version": BINDING_SCHEMA, "task_id": task["task_id"], "scope_hash": task["scope_hash"]}
+
+
+def stored(world: World, *task_ids: str) -> tuple[dict[str, int], list[tuple[str, int, int]]]:
+    """What `world.stored()` counts (rows of every table a refusal must not write), and the
+    (state, revision, ledger_sequence) of each named task, read in one round trip."""
+    counts = ", ".join(f"(SELECT count(*) FROM {t})" for t in WRITTEN)
+    [row] = world.sql(f"SELECT {counts}, (SELECT coalesce(json_agg(json_build_array(state, revision, "
+                      "ledger_sequence) ORDER BY o.n), '[]') FROM unnest(CAST(%s AS uuid[])) WITH ORDINALITY "
+                      "AS o (id, n) JOIN bz_agent_tasks t ON t.task_id = o.id)", (list(task_ids),))
+    tasks = [(r[0], int(r[1]), int(r[2])) for r in row[-1]]
+    assert len(tasks) == len(task_ids)
+    return dict(zip(WRITTEN, (int(c) for c in row[:-1]), strict=True)), tasks

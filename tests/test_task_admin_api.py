@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from tests.helpers import admin_token, apply_config, assert_error, assert_ok, bearer
-from tests.task_world import (AGENT, CUSTOMER, READ, ROUTE, TASKS, WRITE, WRITTEN, Member, World, binding,
+from tests.task_world import (AGENT, CUSTOMER, READ, ROUTE, TASKS, WRITE, Member, World, binding, stored,
                               task_config)
 
 Send = Callable[[], requests.Response]
@@ -35,18 +35,6 @@ INVOCATION_KEYS = {"session_id", "invocation_id", "run_id", "job_id", "tool", "r
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def stored(world: World, *task_ids: str) -> tuple[dict[str, int], list[tuple[str, int, int]]]:
-    """What `world.stored()` counts, and (state, revision, ledger_sequence) of each named task,
-    read in one round trip."""
-    counts = ", ".join(f"(SELECT count(*) FROM {t})" for t in WRITTEN)
-    [row] = world.sql(f"SELECT {counts}, (SELECT coalesce(json_agg(json_build_array(state, revision, "
-                      "ledger_sequence) ORDER BY o.n), '[]') FROM unnest(CAST(%s AS uuid[])) WITH ORDINALITY "
-                      "AS o (id, n) JOIN bz_agent_tasks t ON t.task_id = o.id)", (list(task_ids),))
-    tasks = [(r[0], int(r[1]), int(r[2])) for r in row[-1]]
-    assert len(tasks) == len(task_ids)
-    return dict(zip(WRITTEN, (int(c) for c in row[:-1]), strict=True)), tasks
-
 
 def enrolled(world: World) -> int:
     return int(world.sql("SELECT count(*) FROM bz_agent_sessions WHERE task_enrolled")[0][0])

@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from tests.helpers import assert_error, assert_ok, bearer
-from tests.task_world import (AGENT, BIG, BINDING_SCHEMA, CUSTOMER, READ, ROUTE, SMALL, TASK_TABLES, TASKS,
-                              WRITE, WRITTEN, Member, World, binding, iid)
+from tests.task_world import (AGENT, BIG, BINDING_SCHEMA, CUSTOMER, READ, ROUTE, SMALL, TASK_TABLES, TASKS, WRITE,
+                              WRITTEN, Member, World, binding, iid, stored)
 
 CAPS = AGENT + "/task-control/capabilities"
 CONTACTS = "customer_contacts_list"  # a read the member lists do not name unless told
@@ -43,18 +43,6 @@ def counters(world: World, task_id: str) -> tuple[int, int, int]:
     [row] = world.sql("SELECT write_reserved, write_consumed, active_permits FROM bz_agent_tasks "
                       "WHERE task_id = %s", (task_id,))
     return int(row[0]), int(row[1]), int(row[2])
-
-
-def stored(world: World, *task_ids: str) -> tuple[dict[str, int], list[tuple[str, int, int]]]:
-    """What `world.stored()` counts (rows of every table a refusal must not write), and the
-    (state, revision, ledger_sequence) of each named task, read in one round trip."""
-    counts = ", ".join(f"(SELECT count(*) FROM {t})" for t in WRITTEN)
-    [row] = world.sql(f"SELECT {counts}, (SELECT coalesce(json_agg(json_build_array(state, revision, "
-                      "ledger_sequence) ORDER BY o.n), '[]') FROM unnest(CAST(%s AS uuid[])) WITH ORDINALITY "
-                      "AS o (id, n) JOIN bz_agent_tasks t ON t.task_id = o.id)", (list(task_ids),))
-    tasks = [(r[0], int(r[1]), int(r[2])) for r in row[-1]]
-    assert len(tasks) == len(task_ids)
-    return dict(zip(WRITTEN, (int(c) for c in row[:-1]), strict=True)), tasks
 
 
 def refused(world: World, send: Send, status: int, code: str, *task_ids: str) -> dict:
