@@ -105,6 +105,20 @@ def db_status():
         sys.exit(1)
 
 
+@db.command("partition-events")
+@click.option("--partitions", default=16, show_default=True, type=int, metavar="N",
+              help="Hash partitions by archive, 2 to 256.")
+@hub_command
+def db_partition_events(partitions: int):
+    """Partition the conversation events by archive (HASH on archive_id), in one transaction.
+    Optional and offline: it rewrites every event while appends and reads wait, so stop the hub
+    first. Run again with the same N, it changes nothing."""
+    if not 2 <= partitions <= 256:
+        _fail("invalid_request", "--partitions takes a number from 2 to 256")
+    hub = _hub()
+    _emit(migrations.partition_events(hub.db.conninfo(), hub.settings.sql_dir, partitions))
+
+
 @db.command("stop")
 @click.option("--all", "every", is_flag=True,
               help="Stop every embedded server this user started, whatever its data folder.")

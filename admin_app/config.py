@@ -87,6 +87,17 @@ def _no_controls(name: str, raw: str | None) -> str | None:
     return raw or None
 
 
+def _read_url(raw: str | None) -> str | None:
+    """BAILING_READ_DATABASE_URL: a postgresql:// URL (its driver is chosen by the database layer)."""
+    if not raw:
+        return None
+    from urllib.parse import urlsplit
+
+    if urlsplit(raw).scheme not in ("postgres", "postgresql", "postgresql+psycopg"):
+        raise SystemExit("BAILING_READ_DATABASE_URL must be a postgresql:// URL")
+    return raw
+
+
 def resolve_data_dir(value: str | os.PathLike | None) -> Path:
     """BAILING_DATA_DIR as one absolute folder, fixed when the settings are made, so that a later
     change of directory cannot point a process at a second embedded server. Unset, the user's data
@@ -101,6 +112,10 @@ def resolve_data_dir(value: str | os.PathLike | None) -> Path:
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
+    # A streaming standby of that database for the console's and the admin API's reads that may
+    # lag (docs/operations.md, "Read replica"), used while its replay lag is within the bound.
+    read_database_url: str | None = None
+    read_max_lag_seconds: int = 5
     # Given as a Path or a str; always an absolute Path once made (__post_init__).
     data_dir: Path = field(default_factory=lambda: resolve_data_dir(None))
     sql_dir: Path = resources.SQL_DIR
@@ -138,6 +153,8 @@ class Settings:
     def from_env(cls) -> Settings:
         return cls(
             database_url=os.environ.get("BAILING_DATABASE_URL") or None,
+            read_database_url=_read_url(os.environ.get("BAILING_READ_DATABASE_URL")),
+            read_max_lag_seconds=_int("BAILING_READ_MAX_LAG_SECONDS", 5, minimum=0),
             data_dir=resolve_data_dir(os.environ.get("BAILING_DATA_DIR")),
             sql_dir=Path(os.environ.get("BAILING_SQL_DIR") or resources.SQL_DIR),
             secret_key=os.environ.get("BAILING_SECRET_KEY") or None,

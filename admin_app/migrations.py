@@ -6,11 +6,16 @@ and the list of applied files is read only once the lock is held, so two `db upg
 apply each file exactly once. Nothing here runs at start-up: only `bailing-admin db upgrade`.
 Pending files are applied in number order even when a higher number is already applied: some
 files carry fixed numbers (057, 058) that releases after them must not be blocked by.
+
+sql/optional/ holds changes no install needs and `db upgrade` never applies, each run by a
+command of its own (partition_events below) and recorded in the same ledger as optional/NAME.sql,
+so `db status` and readiness check their checksums and that the schema matches the record.
 """
 from __future__ import annotations
 
 import hashlib
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +27,10 @@ from .canonical import iso
 FILE_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 # "bailing" in ASCII: the same key in every process of every hub sharing the database.
 ADVISORY_LOCK_KEY = 0x6261696C696E67
+OPTIONAL_DIR = "optional"
+PARTITION_EVENTS = f"{OPTIONAL_DIR}/partition_events.sql"
+# A busy table makes the conversion give up rather than queue every reader behind its lock.
+PARTITION_LOCK_TIMEOUT = "5s"
 
 CREATE_LEDGER = """
 CREATE TABLE IF NOT EXISTS bz_schema_migrations (
@@ -82,6 +91,16 @@ def discover(sql_dir: Path) -> list[MigrationFile]:
     return files
 
 
+def discover_optional(sql_dir: Path) -> list[MigrationFile]:
+    """sql/optional/*.sql, named optional/NAME.sql as the ledger records them (number 0: they
+    belong to no place in the numbered order)."""
+    folder = Path(sql_dir) / OPTIONAL_DIR
+    if not folder.is_dir():
+        return []
+    return [MigrationFile(0, f"{OPTIONAL_DIR}/{path.name}", path, hashlib.sha256(path.read_bytes()).hexdigest())
+            for path in sorted(folder.glob("*.sql"))]
+
+
 def _read_applied(conn: psycopg.Connection) -> dict[str, tuple[str, datetime]]:
     exists = conn.execute("SELECT to_regclass('bz_schema_migrations') IS NOT NULL").fetchone()
     if not exists or not exists[0]:
@@ -92,9 +111,10 @@ def _read_applied(conn: psycopg.Connection) -> dict[str, tuple[str, datetime]]:
     return {name: (digest, applied_at) for name, digest, applied_at in rows}
 
 
-def _compare(files: list[MigrationFile], applied: dict) -> MigrationStatus:
+def _compare(files: list[MigrationFile], applied: dict,
+             optional: list[MigrationFile] | None = None) -> MigrationStatus:
     status = MigrationStatus()
-    by_name = {m.filename: m for m in files}
+    by_name = {m.filename: m for m in files + (optional or [])}
     for name, (digest, applied_at) in sorted(applied.items()):
         status.applied.append(
             {"file": name, "sha256": digest, "applied_at": iso(applied_at)}
@@ -110,22 +130,30 @@ def _compare(files: list[MigrationFile], applied: dict) -> MigrationStatus:
     return status
 
 
+def _current(conn: psycopg.Connection, sql_dir: Path) -> MigrationStatus:
+    """The ledger against the files, and against the schema where an optional file changed it."""
+    applied = _read_applied(conn)
+    state = _compare(discover(sql_dir), applied, discover_optional(sql_dir))
+    state.problems += _layout_problems(conn, applied)
+    return state
+
+
 def status(conninfo: str, sql_dir: Path) -> MigrationStatus:
-    files = discover(sql_dir)
+    discover(sql_dir)  # a broken folder is refused before the database is asked
     with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-        return _compare(files, _read_applied(conn))
+        return _current(conn, sql_dir)
 
 
 def upgrade(conninfo: str, sql_dir: Path, to: int | None = None) -> list[str]:
     """Apply pending files numbered up to and including `to` (e.g. 056: everything before the
     conversation audit); return the names applied."""
-    files = discover(sql_dir)
+    discover(sql_dir)  # a broken folder is refused before the database is asked
     applied_now: list[str] = []
     with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (ADVISORY_LOCK_KEY,))
         try:
             conn.execute(CREATE_LEDGER)
-            current = _compare(files, _read_applied(conn))
+            current = _current(conn, sql_dir)
             if current.problems:
                 raise MigrationError("; ".join(current.problems))
             for migration in current.pending:
@@ -141,3 +169,82 @@ def upgrade(conninfo: str, sql_dir: Path, to: int | None = None) -> list[str]:
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (ADVISORY_LOCK_KEY,))
     return applied_now
+
+
+# ------------------------------------------------------------------ optional: events by archive
+
+
+def event_partitions(conn: psycopg.Connection) -> int | None:
+    """How many partitions bz_agent_conversation_events has; None when it is a plain table (or
+    not there at all)."""
+    row = conn.execute("""
+        SELECT c.relkind = 'p', (SELECT count(*) FROM pg_inherits WHERE inhparent = c.oid)
+          FROM pg_class c WHERE c.oid = to_regclass('bz_agent_conversation_events')""").fetchone()
+    return int(row[1]) if row is not None and row[0] else None
+
+
+def _layout_problems(conn: psycopg.Connection, applied: dict) -> list[str]:
+    recorded = PARTITION_EVENTS in applied
+    if recorded == (event_partitions(conn) is not None):
+        return []
+    if recorded:
+        return [f"{PARTITION_EVENTS} is recorded as applied but bz_agent_conversation_events is not partitioned"]
+    return [f"bz_agent_conversation_events is partitioned but {PARTITION_EVENTS} is not recorded as applied"]
+
+
+def partition_events(conninfo: str, sql_dir: Path, partitions: int) -> dict:
+    """Run sql/optional/partition_events.sql: the events table becomes PARTITION BY HASH
+    (archive_id) in `partitions` parts, in one transaction under the migration lock. Asked again
+    for the same number it changes nothing; another number is refused (rows are not re-spread)."""
+    script = next((m for m in discover_optional(sql_dir) if m.filename == PARTITION_EVENTS), None)
+    if script is None:
+        raise MigrationError(f"{PARTITION_EVENTS} not found in {sql_dir}")
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (ADVISORY_LOCK_KEY,))
+        try:
+            existing = _check_partitionable(conn, sql_dir, partitions)
+            if existing is not None:
+                return {"converted": False, "partitions": existing,
+                        "message": "bz_agent_conversation_events is already partitioned."}
+            return _convert(conn, script, partitions)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (ADVISORY_LOCK_KEY,))
+
+
+def _check_partitionable(conn: psycopg.Connection, sql_dir: Path, partitions: int) -> int | None:
+    """The partitions the table already has (None: a plain table, ready for the conversion);
+    refused when the schema is not the one the conversion starts from."""
+    conn.execute(CREATE_LEDGER)
+    current = _current(conn, sql_dir)
+    if current.problems:
+        raise MigrationError("; ".join(current.problems))
+    if current.pending:
+        raise MigrationError("Apply the pending migrations first (db upgrade): "
+                             + ", ".join(m.filename for m in current.pending))
+    existing = event_partitions(conn)
+    if existing is not None and existing != partitions:
+        raise MigrationError(f"bz_agent_conversation_events is already partitioned into {existing}; "
+                             f"it is not re-partitioned into {partitions}.")
+    return existing
+
+
+def _convert(conn: psycopg.Connection, script: MigrationFile, partitions: int) -> dict:
+    started = time.monotonic()
+    try:
+        with conn.transaction():
+            conn.execute(f"SET LOCAL lock_timeout = '{PARTITION_LOCK_TIMEOUT}'")
+            conn.execute("SELECT set_config('bailing.event_partitions', %s, true)", (str(partitions),))
+            conn.execute(script.sql())
+            conn.execute("INSERT INTO bz_schema_migrations (filename, sha256) VALUES (%s, %s)",
+                         (script.filename, script.sha256))
+            # What the script copied, as it noted for this transaction.
+            copied = conn.execute("SELECT current_setting('bailing.events_copied')::bigint, "
+                                  "current_setting('bailing.run_links_copied')::bigint").fetchone()
+    except psycopg.errors.LockNotAvailable as err:
+        raise MigrationError("The conversation audit tables are in use: stop the hub and run the "
+                             "conversion again (nothing was changed).") from err
+    except psycopg.Error as err:
+        raise MigrationError(f"The conversion was rolled back, nothing was changed: {err}") from err
+    assert copied is not None
+    return {"converted": True, "partitions": partitions, "events": copied[0], "run_links": copied[1],
+            "seconds": round(time.monotonic() - started, 3)}

@@ -56,6 +56,15 @@ def _test_data_dir() -> Path:
 _STARTED_SERVER = pytest.StashKey[bool]()
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--events-partitions", type=int, metavar="N",
+        default=int(os.environ.get("BAILING_TEST_EVENT_PARTITIONS") or 0),
+        help="Run the tests on databases whose conversation events are partitioned by archive into "
+             "N parts (sql/optional/partition_events.sql); 0, the default: the plain table every "
+             "install has. Also BAILING_TEST_EVENT_PARTITIONS.")
+
+
 def pytest_collection_modifyitems(config, items):
     """With BAILING_TEST_SERVER_ONLY=1 (CI's second pass, on an external server, after a whole run
     on the embedded one) a run skips what does the same work whatever server the suite uses: the
@@ -199,10 +208,14 @@ def databases(pg_admin_url):
 
 
 @pytest.fixture(scope="session")
-def migrated_template(databases) -> str:
-    """One database with every migration applied, cloned for each test that wants a schema."""
+def migrated_template(databases, pytestconfig) -> str:
+    """One database with every migration applied, cloned for each test that wants a schema; with
+    --events-partitions N, its events table converted too, so every copy is partitioned."""
     url = databases.create()
     migrations.upgrade(url, SQL_DIR)
+    partitions = pytestconfig.getoption("events_partitions")
+    if partitions:
+        migrations.partition_events(url, SQL_DIR, partitions)
     return make_url(url).database
 
 

@@ -24,11 +24,12 @@ class GunicornHub:
     """`with GunicornHub(db_url, workers=3) as hub:` starts gunicorn on 127.0.0.1 and waits until
     every worker answers. `env` adds variables (for instance a provider's signing secret);
     `threads` serves each worker's requests on that many threads (the gthread worker); `args` are
-    added to gunicorn's command line. `log()` is what gunicorn wrote on stderr, also after exit."""
+    added to gunicorn's command line; `secret_key` None leaves BAILING_SECRET_KEY unset (the key
+    is then the data folder's own). `log()` is what gunicorn wrote on stderr, also after exit."""
 
     def __init__(self, db_url: str, *, workers: int = 3, data_dir: Path | None = None,
                  env: dict[str, str] | None = None, timeout: int = 60, threads: int | None = None,
-                 args: tuple[str, ...] = ()):
+                 args: tuple[str, ...] = (), secret_key: str | None = "gunicorn-hub-test-secret"):
         self.db_url = db_url
         self.workers = workers
         self.port = free_port()
@@ -38,6 +39,7 @@ class GunicornHub:
         self.timeout = timeout
         self.threads = threads
         self.args = args
+        self.secret_key = secret_key
         self.process: subprocess.Popen | None = None
         self._final_log: str | None = None
 
@@ -46,7 +48,8 @@ class GunicornHub:
                if not k.startswith("BAILING_") and k != "PROMETHEUS_MULTIPROC_DIR"}
         env.update(self.extra_env)
         env["BAILING_DATABASE_URL"] = self.db_url
-        env["BAILING_SECRET_KEY"] = "gunicorn-hub-test-secret"
+        if self.secret_key is not None:
+            env["BAILING_SECRET_KEY"] = self.secret_key
         if self.data_dir:
             env["BAILING_DATA_DIR"] = str(self.data_dir)
         threaded = ["--worker-class", "gthread", "--threads", str(self.threads)] if self.threads else []

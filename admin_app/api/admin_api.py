@@ -18,7 +18,7 @@ from ..reads import approvals as approval_reads
 from ..reads import archives as archive_reads
 from ..reads.traces import agent_client_trace, core_job_trace, job_trace, run_trace
 from ..validation import SAFE_INTEGER_MAX
-from .auth import admin_permission_required, agent_bearer_is_valid
+from .auth import admin_permission_required, agent_bearer_is_valid, read_db, replica_reads
 from .body import read_json_object
 from .query import clamped_int_param, int_param, query_params
 
@@ -27,7 +27,8 @@ bp = Blueprint("admin_api", __name__, url_prefix=surfaces.ADMIN_API.prefix)
 
 def recorded(action: str, target, sequences: tuple[int, int] | None = None) -> None:
     """A sensitive read, in the access log with the admin and the token that made it; written in
-    the request's transaction, so it commits with the answer and a refusal records nothing."""
+    the request's transaction (`g.db`, on the primary, also when the read itself came from the
+    replica), so it commits with the answer and a refusal records nothing."""
     bearer = bearer_from_header(request.headers.get("Authorization"))
     assert bearer is not None  # admin_permission_required authenticated this very header
     access_log.record_api_read(g.db, g.admin.id, g.admin.username, bearer, action, str(target),
@@ -61,23 +62,27 @@ def audit_reader(view):
 
 @bp.get("/conversation-audits")
 @audit_reader
+@replica_reads
 def conversation_audits():
-    require_archives(g.db)
-    params = query_params(optional=("limit", "offset"))
-    limit = clamped_int_param(params, "limit", *archive_reads.LIST_LIMIT)
-    offset = clamped_int_param(params, "offset", 0, 0, SAFE_INTEGER_MAX)
-    return jsonify(archive_reads.list_archives(g.db, limit, offset))
+    with read_db() as db:
+        require_archives(db)
+        params = query_params(optional=("limit", "offset"))
+        limit = clamped_int_param(params, "limit", *archive_reads.LIST_LIMIT)
+        offset = clamped_int_param(params, "offset", 0, 0, SAFE_INTEGER_MAX)
+        return jsonify(archive_reads.list_archives(db, limit, offset))
 
 
 @bp.get("/conversation-audits/<archive_id>")
 @audit_reader
+@replica_reads
 def conversation_audit(archive_id: str):
     archive = archives.parse_archive_id(archive_id)
-    available = require_archives(g.db)
-    params = query_params(optional=("after_sequence", "limit"))
-    after = clamped_int_param(params, "after_sequence", 0, 0, SAFE_INTEGER_MAX)
-    limit = clamped_int_param(params, "limit", *archive_reads.EVENTS_LIMIT)
-    detail = archive_reads.archive_detail(g.db, archive, after, limit, available)
+    with read_db() as db:
+        available = require_archives(db)
+        params = query_params(optional=("after_sequence", "limit"))
+        after = clamped_int_param(params, "after_sequence", 0, 0, SAFE_INTEGER_MAX)
+        limit = clamped_int_param(params, "limit", *archive_reads.EVENTS_LIMIT)
+        detail = archive_reads.archive_detail(db, archive, after, limit, available)
     events = detail["events"]  # each page read is a read of the transcript, and names its range
     recorded("transcript_view", archive,
              (events[0]["sequence"], events[-1]["sequence"]) if events else None)
@@ -94,36 +99,44 @@ def conversation_audits_elsewhere(_rest: str = ""):
 
 @bp.get("/agent-runs/<run_id>")
 @admin_permission_required("runs:read")
+@replica_reads
 def agent_run(run_id: str):
     try:
         rid = uuid.UUID(run_id)
     except ValueError:
         raise ApiError("run_not_found") from None
-    trace = run_trace(g.db, rid, probe(g.db))
+    with read_db() as db:
+        trace = run_trace(db, rid, probe(db))
     recorded("run_trace_view", rid)
     return jsonify(trace)
 
 
 @bp.get("/tool-jobs/<job_id>")
 @admin_permission_required("runs:read")
+@replica_reads
 def tool_job(job_id: str):
-    trace = job_trace(g.db, job_id, probe(g.db))
+    with read_db() as db:
+        trace = job_trace(db, job_id, probe(db))
     recorded("job_trace_view", uuid.UUID(job_id))
     return jsonify(trace)
 
 
 @bp.get("/threads/<thread_id>/agent-runs/<run_id>/trace")
 @admin_permission_required("runs:read")
+@replica_reads
 def agent_run_trace(thread_id: str, run_id: str):
-    trace = agent_client_trace(g.db, thread_id, run_id, probe(g.db))
+    with read_db() as db:
+        trace = agent_client_trace(db, thread_id, run_id, probe(db))
     recorded("run_trace_view", uuid.UUID(run_id))
     return jsonify(trace)
 
 
 @bp.get("/runs/<job_id>/trace")
 @admin_permission_required("runs:read")
+@replica_reads
 def job_run_trace(job_id: str):
-    trace = core_job_trace(g.db, job_id, probe(g.db))
+    with read_db() as db:
+        trace = core_job_trace(db, job_id, probe(db))
     recorded("job_trace_view", uuid.UUID(job_id))
     return jsonify(trace)
 

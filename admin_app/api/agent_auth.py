@@ -9,7 +9,7 @@ from .. import surfaces
 from ..errors import ApiError, invalid_request, unauthorized
 from ..identity import agent_auth, tokens
 from ..identity.clients import authenticate_client_token
-from ..identity.rate_limit import WindowLimit
+from ..identity.rate_limit import SharedWindowLimit
 from ..identity.sessions import revoke_by_access_token, revoke_by_refresh_token, session_view
 from ..identity.tokens import bearer_from_header
 from ..validation import Checker
@@ -17,9 +17,6 @@ from .auth import agent_session_required, database
 from .body import read_empty_object, read_json_object, read_raw
 
 bp = Blueprint("agent_auth", __name__, url_prefix=surfaces.AGENT_AUTH.prefix)
-
-# Authorization requests per client app and caller address.
-
 
 @bp.get("/session")
 @agent_session_required
@@ -67,16 +64,22 @@ def _client_from_token(db):
     return client
 
 
-def _create_limit() -> WindowLimit:
-    return current_app.extensions.setdefault(
-        "agent_auth_create_limit", WindowLimit(limits.AUTHORIZATIONS_PER_WINDOW, limits.AUTHORIZATION_WINDOW_SECONDS))
+def _create_limit() -> SharedWindowLimit:
+    """Authorization requests per client app and caller address. Counted in the database, so all
+    workers and hosts together admit the limit; the app holds only the stand-in used while the
+    database lacks the table."""
+    limit = current_app.extensions.get("agent_auth_create_limit")
+    if limit is None:
+        limit = current_app.extensions.setdefault("agent_auth_create_limit", SharedWindowLimit(
+            "agent-auth.authorizations", limits.AUTHORIZATIONS_PER_WINDOW, limits.AUTHORIZATION_WINDOW_SECONDS))
+    return limit
 
 
 @bp.post("/authorizations")
 def create_authorization():
     body = read_json_object(limits.AUTH_BODY_MAX_BYTES)
     agent_auth.check_create(body)
-    if not _create_limit().allow((body["client_app_id"], request.remote_addr)):
+    if not _create_limit().allow(database(), body["client_app_id"], request.remote_addr):
         err = ApiError("rate_limited")
         err.headers["Retry-After"] = str(limits.AUTHORIZATION_WINDOW_SECONDS)
         raise err

@@ -11,6 +11,7 @@ from ..identity.admins import authenticate_admin_token
 from ..identity.roles import permissions_of
 from ..identity.sessions import authenticate_access
 from ..identity.tokens import bearer_from_header
+from ..observability import read_source
 
 
 def database():
@@ -60,3 +61,22 @@ def admin_permission_required(permission: str | None):
         return wrapper
 
     return decorate
+
+
+def replica_reads(view):
+    """Under a bearer check: a view whose `read_db()` may come from the read replica, so lag by
+    up to BAILING_READ_MAX_LAG_SECONDS. When the replica fails under it, the view runs again with
+    its reads on the primary; the request's own transaction (`g.db`, on the primary: the bearer
+    check, the access log) is the same for both runs."""
+
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        return database().replica_retried(lambda: view(*args, **kwargs))
+
+    return wrapper
+
+
+def read_db():
+    """The read session of a `replica_reads` view: on the replica, or else the request's own
+    transaction (`g.db`), so that a request holds one connection of the primary at most."""
+    return database().read_session(on_source=read_source.note, primary=g.db)

@@ -21,7 +21,7 @@ from ..conversation_audit.availability import probe
 from ..identity.access_log import ACTIONS
 from ..reads import access_log as log_reads
 from .paging import Keyset, more_url, rows_only
-from .security import database, permission_required, record_read
+from .security import database, permission_required, read_db, record_read, replica_reads
 
 bp = Blueprint("console_access_log", __name__, url_prefix="/console/access-log")
 
@@ -91,10 +91,11 @@ def _page(template: str, status: int = 200, **context):
 
 @bp.get("")
 @permission_required("audit:read")
+@replica_reads
 def index():
     """Groups of reads, newest first; later pages come as htmx rows."""
     query, after = _query(), GROUPS.from_request()
-    with database().session() as db:
+    with read_db() as db:
         archives = probe(db).archives
         filters, problems = _filters(db, query, archives)
         if problems:
@@ -108,12 +109,13 @@ def index():
 
 @bp.get("/group/<int:head_id>")
 @permission_required("audit:read")
+@replica_reads
 def group(head_id: int):
     """The individual reads of one group (named by its newest read), under the same filters."""
     query, after = _query(), GROUP_ROWS.from_request()
     if head_id > 2**63 - 1:
         abort(404)
-    with database().session() as db:
+    with read_db() as db:
         archives = probe(db).archives
         filters, problems = _filters(db, query, archives)
         if problems:

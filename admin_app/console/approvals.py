@@ -23,7 +23,7 @@ from ..identity.models import Admin
 from ..invocations import approvals as service
 from ..reads import approvals as reads
 from .paging import InvalidCursor, Keyset, more_url, rows_only
-from .security import database, permission_required, record_read
+from .security import database, permission_required, read_db, record_read, replica_reads
 
 bp = Blueprint("console_approvals", __name__, url_prefix="/console/approvals")
 
@@ -71,6 +71,7 @@ def _queue_keyset(f: reads.QueueFilter) -> Keyset:
 
 @bp.get("/")
 @permission_required("approvals:read")
+@replica_reads
 def queue():
     """Decidable approvals, oldest first unless asked otherwise, narrowed by the URL's filters;
     later pages come as htmx rows ("load more")."""
@@ -81,7 +82,7 @@ def queue():
     keyset = _queue_keyset(f)
     after = keyset.from_request()
     whole = not rows_only()
-    with database().session() as db:
+    with read_db() as db:
         screen = reads.queue_screen(db, f, after, PAGE, whole)
     items = [{**item, "key": keyset.encode(key)} for item, key in screen.rows]
     more = more_url(".queue", keyset, screen.next_key, given)
@@ -95,6 +96,7 @@ def queue():
 
 @bp.get("/live")
 @permission_required("approvals:read")
+@replica_reads
 def live():
     """For an open queue page showing the rows from cursor `first` to cursor `last` (none: an
     empty page), its filters alike: which are still to be decided, the filter's count and the
@@ -109,16 +111,17 @@ def live():
             errors.append("first and last must be rows of this queue.")
     if errors:
         return jsonify({"errors": errors}), 400
-    with database().session() as db:
+    with read_db() as db:
         return jsonify(reads.live(db, f, window))
 
 
 @bp.get("/history")
 @permission_required("approvals:read")
+@replica_reads
 def history():
     """Decided and expired approvals, latest first, paged as the queue is."""
     after = HISTORY.from_request()
-    with database().session() as db:
+    with read_db() as db:
         items, next_key = reads.history_page(db, after, PAGE)
     more = more_url(".history", HISTORY, next_key, {})
     template = "console/partials/approval_rows.html" if rows_only() else "console/approvals.html"
@@ -127,9 +130,10 @@ def history():
 
 @bp.get("/count")
 @permission_required("approvals:read")
+@replica_reads
 def count():
     """The pending count in the navigation, polled by htmx."""
-    with database().session() as db:
+    with read_db() as db:
         pending = reads.pending_count(db)
     return render_template("console/partials/pending_count.html", pending=pending)
 

@@ -19,7 +19,7 @@ from ..reads import archives
 from ..reads import search as finder
 from . import text
 from .paging import Keyset, more_url, rows_only
-from .security import database, is_htmx, permission_required, record_read
+from .security import database, is_htmx, permission_required, read_db, record_read, replica_reads
 
 bp = Blueprint("console_conversations", __name__, url_prefix="/console/conversations")
 
@@ -138,13 +138,14 @@ def _hits(db, filters: dict[str, str], after):
 
 @bp.get("/")
 @permission_required("runs:read")
+@replica_reads
 def index():
     """The archive list, and with a search of CONTENT_MIN_CHARS or more, the messages holding it:
     one search box finds IDs, conversations, labels and message text."""
     filters, errors = _filters()
     keyset = ORDERS.get(_order(filters), ARCHIVES)
     after = keyset.from_request()
-    with database().session() as db:
+    with read_db() as db:
         if not probe(db).archives:
             return _unavailable()
         apps, routes = finder.filter_choices(db)
@@ -168,6 +169,7 @@ def index():
 
 @bp.get("/messages")
 @permission_required("runs:read")
+@replica_reads
 def messages():
     """More messages of a content search (the list's "load more"); opened as a link, the page of
     messages alone from that cursor on."""
@@ -175,7 +177,7 @@ def messages():
     after = MESSAGES.from_request()
     if not errors and not finder.searches_content(filters):
         errors.append(f"Search: message text is searched from {finder.CONTENT_MIN_CHARS} characters on.")
-    with database().session() as db:
+    with read_db() as db:
         if not probe(db).archives:
             return _unavailable()
         apps, routes = finder.filter_choices(db)
@@ -243,8 +245,9 @@ def _sequences(rows) -> tuple[int, int] | None:
 
 @bp.get("/<archive_id>")
 @permission_required("runs:read")
+@replica_reads
 def detail(archive_id: str):
-    with database().session() as db:
+    with read_db() as db:
         available = probe(db)
         if not available.archives:
             return _unavailable()
@@ -266,13 +269,14 @@ def detail(archive_id: str):
 
 @bp.get("/<archive_id>/events")
 @permission_required("runs:read")
+@replica_reads
 def events_page(archive_id: str):
     """More of the transcript as an htmx fragment: `after=N` the events after N, `before=N` those
     just before N (keyset on the sequence either way)."""
     before, after = _number("before", 1), _number("after", 0)
     if before is not None and after is not None:
         abort(400, description="Ask for the events “before” a sequence or “after” it, not both.")
-    with database().session() as db:
+    with read_db() as db:
         if not probe(db).archives:
             return _unavailable()
         header = _archive(db, archive_id)
@@ -291,6 +295,7 @@ def events_page(archive_id: str):
 
 @bp.get("/<archive_id>/search")
 @permission_required("runs:read")
+@replica_reads
 def search(archive_id: str):
     """The messages of one transcript that contain `q`, with a count, keyset-paged on the sequence:
     an htmx fragment for the search box, the same list as a page when opened as a link."""
@@ -300,7 +305,7 @@ def search(archive_id: str):
     if len(query) > QUERY_MAX:
         abort(400, description=f"A search inside a transcript is at most {QUERY_MAX} characters.")
     after = _number("after", 0) or 0
-    with database().session() as db:
+    with read_db() as db:
         if not probe(db).archives:
             return _unavailable()
         header = _archive(db, archive_id)

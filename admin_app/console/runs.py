@@ -15,7 +15,7 @@ from ..limits import RUN_LOOKUP_LENGTH
 from ..reads import runs as run_reads
 from ..reads.traces import run_timeline
 from .paging import Keyset, more_url, rows_only
-from .security import database, permission_required, record_read
+from .security import permission_required, read_db, record_read, replica_reads
 
 bp = Blueprint("console_runs", __name__, url_prefix="/console")
 
@@ -87,6 +87,7 @@ def _raw(names: tuple[str, ...]) -> dict[str, str]:
 
 @bp.get("/runs/")
 @permission_required("runs:read")
+@replica_reads
 def index():
     """The most recent runs, filtered and looked up; later pages come as htmx rows. A filter it
     cannot use is answered 400 with the form and what is wrong, before anything is read."""
@@ -99,7 +100,7 @@ def index():
         return render_template("console/runs.html", query=raw, runs=[], error=str(bad),
                                statuses=run_reads.RUN_STATUSES, exact=EXACT_NAMES, more=None), 400
     after = RUNS.from_request()
-    with database().session() as db:
+    with read_db() as db:
         runs, next_key = run_reads.recent_runs(db, filters, after, PAGE)
     template = "console/partials/run_rows.html" if rows_only() else "console/runs.html"
     return render_template(template, query=raw, runs=runs, statuses=run_reads.RUN_STATUSES,
@@ -108,6 +109,7 @@ def index():
 
 @bp.get("/runs/unresolved")
 @permission_required("runs:read")
+@replica_reads
 def unresolved():
     """Every tool call that still needs someone (outcome unknown, failed, in progress), newest
     first, filtered by state, app, route and tool; each links to its run and its approval."""
@@ -123,7 +125,7 @@ def unresolved():
         return render_template("console/unresolved.html", query=raw, calls=[], error=str(bad),
                                states=run_reads.UNRESOLVED, more=None), 400
     after = CALLS.from_request()
-    with database().session() as db:
+    with read_db() as db:
         calls, next_key = run_reads.unresolved_calls(db, filters, after, PAGE)
     template = "console/partials/call_rows.html" if rows_only() else "console/unresolved.html"
     return render_template(template, query=raw, calls=calls, states=run_reads.UNRESOLVED,
@@ -177,11 +179,12 @@ REASONS = {
 
 @bp.get("/runs/<run_id>")
 @permission_required("runs:read")
+@replica_reads
 def trace(run_id: str):
     ident = _uuid(run_id)
     if ident is None:
         abort(404)
-    with database().session() as db:
+    with read_db() as db:
         try:
             view = run_timeline(db, ident, probe(db))
         except ApiError:

@@ -13,6 +13,7 @@ import base64
 import binascii
 import re
 import secrets
+import time
 from datetime import timedelta
 from functools import wraps
 
@@ -23,8 +24,12 @@ from flask_login import LoginManager, UserMixin, current_user
 from ..identity import access_log, console_sessions
 from ..identity.models import Admin
 from ..identity.roles import permissions_of
+from ..observability import read_source
 
 UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
+# Until when (epoch seconds, in the signed cookie) this browser's reads stay on the primary after
+# a change it made: the read replica may not have replayed it yet.
+PRIMARY_UNTIL = "primary_until"
 login_manager = LoginManager()
 
 
@@ -168,9 +173,17 @@ def init_app(app: Flask) -> None:
             response.vary.add("HX-Request")
         return response
 
+    @app.after_request
+    def _read_own_writes(response):
+        # Whatever page a change leads to (a redirect after a decision, the next list) shows it.
+        if request.method in UNSAFE and _is_console(request.path) and database().settings.read_database_url:
+            session[PRIMARY_UNTIL] = time.time() + database().own_writes_seconds()
+        return response
+
     @app.context_processor
     def _console_globals():
-        return {"csrf_token": csrf_token, "display_zone": app.config.get("DISPLAY_TIMEZONE", "UTC")}
+        return {"csrf_token": csrf_token, "display_zone": app.config.get("DISPLAY_TIMEZONE", "UTC"),
+                "read_notice": read_notice}
 
 
 def permission_required(permission: str):
@@ -204,10 +217,49 @@ def login_required(view):
 
 
 def record_read(db, action: str, target: str, sequences: tuple[int, int] | None = None) -> None:
-    """Sensitive reads are audited like writes: who opened what, when (in the read's transaction),
-    and for a transcript page the first and last sequence it showed."""
-    access_log.record_console_read(db, current_user.admin_id, current_user.username, action, target,
-                                   sequences=sequences)
+    """Sensitive reads are audited like writes: who opened what, when, and for a transcript page
+    the first and last sequence it showed. Written on the primary: in the read's transaction, or
+    for a read session (maybe on the replica, which cannot write) once its reads went through,
+    before the page is rendered; a read that fails records nothing either way."""
+    admin_id, username = current_user.admin_id, current_user.username
+    database().after_read(db, lambda primary: access_log.record_console_read(
+        primary, admin_id, username, action, target, sequences=sequences))
+
+
+def replica_reads(view):
+    """A page whose `reads()` may come from the read replica, so lag behind the last changes by
+    up to BAILING_READ_MAX_LAG_SECONDS (never just after this browser made one). When the replica
+    fails under it, the view runs again with its reads on the primary: such a view writes nothing
+    before its reads are done (record_read waits for them)."""
+
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        if _wrote_lately():
+            return view(*args, **kwargs)
+        return database().replica_retried(lambda: view(*args, **kwargs))
+
+    return wrapper
+
+
+def read_db():
+    """The read session of a `replica_reads` page (elsewhere, a read-only one on the primary)."""
+    return database().read_session(on_source=read_source.note)
+
+
+def _wrote_lately() -> bool:
+    until = session.get(PRIMARY_UNTIL)
+    return isinstance(until, int | float) and time.time() < until
+
+
+def read_notice() -> str | None:
+    """The layout's notice when a configured replica was passed over for this page's reads."""
+    source = read_source.current()
+    if source is None or source.server != "primary" or source.problem is None:
+        return None
+    if source.problem == "lagging":
+        behind = f"lags {source.lag_seconds:.0f} s" if source.lag_seconds is not None else "lags behind"
+        return f"Showing data from the primary: the read replica {behind}."
+    return "Showing data from the primary: the read replica is unavailable."
 
 
 def is_htmx() -> bool:

@@ -30,7 +30,7 @@ from ..reads import tasks as reads
 from ..tasks import admin as service
 from ..tasks import rules
 from .paging import InvalidCursor, Keyset, more_url, rows_only
-from .security import database, is_htmx, permission_required
+from .security import database, is_htmx, permission_required, read_db, replica_reads
 
 bp = Blueprint("console_tasks", __name__, url_prefix="/console/tasks")
 
@@ -133,11 +133,12 @@ def _failed_page(err: ApiError, template: str, **context):
 
 @bp.get("/")
 @permission_required("clients:read")
+@replica_reads
 def index():
     """Every task in the API's order (task id, descending), "load more" by cursor."""
     after = TASKS.from_request()
     try:
-        with database().session() as db:
+        with read_db() as db:
             page = service.list_tasks(db, PAGE, str(after[0]) if after else None)
     except ApiError as err:
         if rows_only():

@@ -1,24 +1,65 @@
-"""A sliding-window request limit kept in process memory.
+"""Request limits: at most `limit` hits per key in any `window` seconds (a sliding window).
 
-Used where a limit protects the hub from being flooded (authorization requests per client and
-caller address) and where losing the counts on a restart is harmless. Each worker process keeps its
-own counts, so a deployment with N workers admits at most N times the limit.
+SharedWindowLimit counts in the database (bz_rate_limits, sql/071_shared_rate_limits.sql), so
+every worker of every host on that database admits `limit` in total, and a restart forgets
+nothing. A hit is one upsert in its own short transaction (see the migration for why it is exact
+under concurrency); a refused hit writes nothing.
+
+WindowLimit counts in process memory. It stands in only while the table is missing (a database
+not yet upgraded): the limit then holds per process, as it did before the table existed, instead
+of failing every request it guards.
 """
 from __future__ import annotations
 
+import hashlib
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Hashable
 
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.orm import Session
+
+from ..canonical import canonical_json
+from ..db import Database
+
+log = logging.getLogger(__name__)
 
 SWEEP_ABOVE_KEYS = 1024  # idle keys are dropped once this many are held
+SWEEP_ROWS = 50  # expired rows deleted by one hit, so no single request pays for a backlog
+
+# The row's hits still inside the window, plus this one, unless `limit` of them remain. The
+# upsert locks the key's row, and a hit that waited on another's lock is evaluated against the
+# row that one committed: concurrent hits are counted one after the other, never lost.
+_HIT = text("""
+    INSERT INTO bz_rate_limits AS r (key, hits, expires_at)
+    VALUES (:key, ARRAY[now()], now() + make_interval(secs => CAST(:window AS double precision)))
+    ON CONFLICT (key) DO UPDATE
+    SET hits = ARRAY(SELECT h FROM unnest(r.hits) AS h
+                     WHERE h > now() - make_interval(secs => CAST(:window AS double precision)) ORDER BY h) || now(),
+        expires_at = now() + make_interval(secs => CAST(:window AS double precision))
+    WHERE (SELECT count(*) FROM unnest(r.hits) AS h
+           WHERE h > now() - make_interval(secs => CAST(:window AS double precision))) < :limit
+    RETURNING true
+""")
+
+# Rows of any key whose window has passed; rows another hit holds are left for a later sweep.
+_SWEEP = text("""
+    DELETE FROM bz_rate_limits WHERE key IN (
+        SELECT key FROM bz_rate_limits WHERE expires_at < now()
+        ORDER BY expires_at LIMIT :rows FOR UPDATE SKIP LOCKED)
+""")
 
 
 class WindowLimit:
+    """The limit in this process's memory (a deployment of N processes admits N times it)."""
+
     def __init__(self, limit: int, window_seconds: float):
         self.limit, self.window = limit, window_seconds
-        self._hits: dict[Hashable, deque] = {}
+        self._hits: dict[Hashable, deque[float]] = {}
         self._lock = threading.Lock()
 
     def allow(self, key: Hashable) -> bool:
@@ -35,3 +76,48 @@ class WindowLimit:
                 return False
             hits.append(now)
             return True
+
+
+def count_hit(db: Session, key: str, limit: int, window_seconds: float) -> bool:
+    """One hit under `key` in `db`'s transaction; False (and nothing written) when the window
+    already holds `limit` hits."""
+    db.execute(_SWEEP, {"rows": SWEEP_ROWS})
+    counted = db.execute(_HIT, {"key": key, "limit": limit, "window": float(window_seconds)}).first()
+    return counted is not None
+
+
+def _table_missing(err: ProgrammingError) -> bool:
+    return isinstance(err.orig, psycopg.errors.UndefinedTable)
+
+
+class SharedWindowLimit:
+    """A limit named `name` (the prefix of its keys), shared through the database."""
+
+    def __init__(self, name: str, limit: int, window_seconds: float):
+        self.name, self.limit, self.window = name, limit, window_seconds
+        self._fallback = WindowLimit(limit, window_seconds)
+        self._warned = False
+
+    def key(self, parts: tuple[str | None, ...]) -> str:
+        """The row's key: the name, and a digest of the parts (no address is stored in clear)."""
+        digest = hashlib.sha256(canonical_json(list(parts)).encode("utf-8")).hexdigest()
+        return f"{self.name}:{digest[:40]}"
+
+    def allow(self, database: Database, *parts: str | None) -> bool:
+        """Count one attempt under `parts` (e.g. client and address); False when refused."""
+        key = self.key(parts)
+        try:
+            with database.session() as db:
+                return count_hit(db, key, self.limit, self.window)
+        except ProgrammingError as err:
+            if not _table_missing(err):
+                raise
+        self._say_missing()
+        return self._fallback.allow(key)
+
+    def _say_missing(self) -> None:
+        # Once per process: every hit finds the table missing until `db upgrade` has run.
+        if not self._warned:
+            self._warned = True
+            log.warning("bz_rate_limits is missing (run bailing-admin db upgrade): the %s limit "
+                        "is counted by each process on its own", self.name)

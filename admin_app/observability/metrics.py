@@ -54,6 +54,11 @@ EVENTS_APPENDED = Counter(
 DISPATCH_OUTCOMES = Counter(
     "bailing_tool_invocation_outcomes",
     "Governed tool calls reaching an outcome (committed status changes), by outcome.", ("outcome",))
+READ_SESSIONS = Counter(
+    "bailing_read_sessions",
+    "Read sessions of console pages and admin API reads that may lag, by the server that answered "
+    "(replica, primary) and why a configured replica was passed over (none, unavailable, lagging).",
+    ("server", "problem"))
 # Per process; under multiprocess mode one series per live worker (label pid).
 POOL_SIZE = Gauge("bailing_db_pool_size", "Connections this process's pool keeps open.",
                   multiprocess_mode="liveall")
@@ -112,6 +117,10 @@ def tool_call_outcome(db: Session, outcome: str) -> None:
     """A governed call reached `outcome`, counted when `db`'s transaction commits. The
     invocations package reports each one (admin_app/invocations/models.py)."""
     at_commit(db, DISPATCH_OUTCOMES.labels(outcome))
+
+
+def read_session(server: str, problem: str | None) -> None:
+    READ_SESSIONS.labels(server, problem or "none").inc()
 
 
 def update_pool(app: Flask) -> None:

@@ -51,7 +51,12 @@ class Filters:
         if self.action is not None:
             where.append(f"{alias}.action = :f_action")
             params["f_action"] = self.action
-        if self.targets is not None:
+        if self.targets is not None and len(self.targets) == 1:
+            # Equality, not ANY: the (target, ...) indexes then return rows in time order, so the
+            # walks below stop at their first answer instead of sorting the target's every read.
+            where.append(f"{alias}.target = :f_target")
+            params["f_target"] = self.targets[0]
+        elif self.targets is not None:
             where.append(f"{alias}.target = ANY(:f_targets)")
             params["f_targets"] = list(self.targets)
         if self.since is not None:

@@ -24,7 +24,7 @@ SORTS = {"updated": "a.updated_at", "created": "a.created_at", "events": "a.last
 # Trigram indexes need three characters; a shorter term would read every message.
 CONTENT_MIN_CHARS = 3
 # Totals are exact up to these caps, then shown as "more than".
-ARCHIVE_COUNT_CAP = 10_000
+ARCHIVE_COUNT_CAP = 1_000
 MESSAGE_COUNT_CAP = 1_000
 # A hit shows this much of its message around the first match.
 SNIPPET_BEFORE, SNIPPET_CHARS = 60, 220
@@ -64,11 +64,12 @@ def _archive_conditions(filters: dict[str, str], params: dict[str, Any], *, with
     elif filters.get("status"):
         where.append("a.last_turn_status = :status")
         params["status"] = filters["status"]
-    # A member's principal is frozen when it confirms, so only confirmed members have one.
+    # A member's principal is frozen when it confirms, so only confirmed members have one. The
+    # index (field, archive_id) answers this alone, in archive order (sql/070).
     for key, field in (("principal", "id"), ("tenant", "tenant")):
         if filters.get(key):
             where.append(f"""a.id IN (SELECT archive_id FROM bz_agent_conversation_members
-                                       WHERE principal IS NOT NULL AND principal ->> '{field}' = :{key})""")  # noqa: S608 - constant identifiers, bound values
+                                       WHERE principal ->> '{field}' = :{key})""")  # noqa: S608 - constant identifiers, bound values
             params[key] = filters[key]
     column = "a.created_at" if filters.get("date") == "created" else "a.updated_at"
     if filters.get("from"):
@@ -119,6 +120,16 @@ def search_archives(db: Session, filters: dict[str, str], cursor: SearchCursor |
 
 def count_archives(db: Session, filters: dict[str, str]) -> Total:
     params: dict[str, Any] = {"cap": ARCHIVE_COUNT_CAP + 1}
+    given = {k for k, v in filters.items() if v and k in FILTERS}
+    if given in ({"principal"}, {"tenant"}):
+        # A principal's or tenant's archives alone: counted from the member index (sql/070),
+        # without the join to the archives that other filters need.
+        (key,) = given
+        params[key] = filters[key]
+        found = db.scalar(text(f"""SELECT count(*) FROM (SELECT DISTINCT archive_id FROM bz_agent_conversation_members
+                                    WHERE principal ->> '{"id" if key == "principal" else "tenant"}' = :{key}
+                                    LIMIT :cap) s"""), params)  # noqa: S608 - constant identifiers, bound values
+        return _total(found or 0, ARCHIVE_COUNT_CAP)
     where = _archive_conditions(filters, params, with_q=True)
     found = db.scalar(text(f"""SELECT count(*) FROM (SELECT 1 FROM bz_agent_conversation_archives a
                                 WHERE {' AND '.join(where)} LIMIT :cap) s"""), params)  # noqa: S608 - constant identifiers, bound values
