@@ -182,7 +182,9 @@ def test_content_hits_page_by_their_own_cursor(agent, auditor, sql, monkeypatch)
     assert short.status_code == 400 and "message text is searched from 3 characters on" in unescape(short.text)
 
 
-def test_a_content_search_reads_the_trigram_index_not_every_event(agent, sql, db_url):
+def volume_archive(agent, sql) -> str:
+    """An archive of 20,000 routine messages and one zebra (sequence 12,345), its indexes and
+    statistics as autovacuum leaves them after a bulk load."""
     archive = agent.archive("conv-volume")
     sql("""INSERT INTO bz_agent_conversation_events
                (archive_id, sequence, event_id, client_turn_id, kind, content, body_sha256)
@@ -191,11 +193,16 @@ def test_a_content_search_reads_the_trigram_index_not_every_event(agent, sql, db
     sql("UPDATE bz_agent_conversation_events SET content = 'a zebra crossing by the depot' "
         "WHERE archive_id = %s AND sequence = 12345", (archive,))
     sql("UPDATE bz_agent_conversation_archives SET last_sequence = 20000 WHERE id = %s", (archive,))
-    # What autovacuum does after a bulk load: merge the index's pending entries, refresh statistics.
-    # (Each partition's index, when the events are partitioned: --events-partitions.)
+    # Merge the index's pending entries, refresh statistics. (Each partition's index, when the
+    # events are partitioned: --events-partitions.)
     sql("SELECT gin_clean_pending_list(oid::regclass) FROM pg_class WHERE relkind = 'i' "
         "AND relname LIKE 'bz\\_agent\\_conversation\\_events\\_content\\_trgm%%'")
     sql("ANALYZE bz_agent_conversation_events")
+    return archive
+
+
+def test_a_content_search_reads_the_trigram_index_not_every_event(agent, sql, db_url):
+    archive = volume_archive(agent, sql)
     params: dict = {}
     where = search._message_conditions({"q": "zebra crossing"}, params)
     query = ("SELECT e.sequence FROM bz_agent_conversation_events e JOIN bz_agent_conversation_archives a "
@@ -215,16 +222,7 @@ def test_a_search_inside_one_transcript_reads_that_archive_not_the_whole_trigram
     costs in all of them (a million rows for a common one on a big hub). Read in sequence order, it
     costs at most this archive's events, whatever the word; the planner would take the index for
     a rare word, so that is the case checked."""
-    archive = agent.archive("conv-mine")
-    sql("""INSERT INTO bz_agent_conversation_events
-               (archive_id, sequence, event_id, client_turn_id, kind, content, body_sha256)
-           SELECT %s, n, 'e' || n, 't' || n, 'user_message', 'routine line number ' || n, repeat('0', 64)
-           FROM generate_series(1, 20000) n""", (archive,))
-    sql("UPDATE bz_agent_conversation_events SET content = 'a zebra crossing by the depot' "
-        "WHERE archive_id = %s AND sequence = 12345", (archive,))
-    sql("SELECT gin_clean_pending_list(oid::regclass) FROM pg_class WHERE relkind = 'i' "
-        "AND relname LIKE 'bz\\_agent\\_conversation\\_events\\_content\\_trgm%%'")
-    sql("ANALYZE bz_agent_conversation_events")
+    archive = volume_archive(agent, sql)
     params = {"id": archive, "upto": 20000, "q": "%ZEBRA%", "after": 0, "limit": 51, "cap": 1001}
     with psycopg.connect(db_url) as conn:
         def run(query: str) -> list:
@@ -255,6 +253,24 @@ def test_principal_and_tenant_filters_match_a_confirmed_members_principal(agent,
     assert found(principal="user-4") == set()  # a principal is matched whole, not by substring
     page = auditor.get(PATH, params={"principal": "user-77"})
     assert 'name="principal" value="user-77"' in page.text  # the form keeps it
+
+
+def test_a_principal_or_tenant_alone_is_counted_from_its_members_and_bounded(agent, auditor, cli, server,
+                                                                               monkeypatch):
+    mine = {agent.archive("conv-counted-a"), agent.archive("conv-counted-b")}
+    other_agent(cli, server, '{"id": "user-77", "tenant": "tenant-9"}').archive("conv-counted-c")
+
+    def total(**params) -> str:
+        page = auditor.get(PATH, params=params)
+        assert page.status_code == 200
+        return total_of(page.text)
+
+    assert total(principal="user-42") == "2 conversations" and total(tenant="tenant-9") == "1 conversation"
+    assert total(principal="user-42", tenant="tenant-7") == "2 conversations"  # both: the joined count
+    assert total(principal="nobody") == "0 conversations"
+    assert set(listed(auditor.get(PATH, params={"principal": "user-42"}).text)) == mine
+    monkeypatch.setattr(search, "ARCHIVE_COUNT_CAP", 1)
+    assert total(principal="user-42") == "More than 1 conversations (an estimate: counting stops there)"
 
 
 def test_the_date_filter_names_the_field_it_uses(agent, auditor, sql):
