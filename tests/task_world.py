@@ -12,10 +12,11 @@ from typing import Any
 import requests
 
 from tests.conftest import governed_config
-from tests.helpers import admin_token, apply_config, bearer
+from tests.helpers import admin_token, apply_config, assert_ok, bearer
 
 ROUTE = "desk"
 TASKS = "/admin/api/agent-tasks"
+APPROVALS = "/admin/api/tool-approvals"
 AGENT = "/agent-api/v1"
 INVOCATIONS = AGENT + "/tool-invocations"
 BINDING_SCHEMA = "bailing.agent-task-binding.v1"
@@ -193,3 +194,19 @@ def stored(world: World, *task_ids: str) -> tuple[dict[str, int], list[tuple[str
     tasks = [(r[0], int(r[1]), int(r[2])) for r in row[-1]]
     assert len(tasks) == len(task_ids)
     return dict(zip(WRITTEN, (int(c) for c in row[:-1]), strict=True)), tasks
+
+
+def counters(world: World, task_id: str) -> tuple[int, int, int]:
+    """(write_reserved, write_consumed, active_permits) of a task, as stored."""
+    [row] = world.sql("SELECT write_reserved, write_consumed, active_permits FROM bz_agent_tasks "
+                      "WHERE task_id = %s", (task_id,))
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def approve(world: World, result: dict, decision: str = "approve") -> dict:
+    """Decide the approval of an awaiting call through the admin API."""
+    body: dict[str, Any] = {"args_hash": result["approval"]["args_hash"]}
+    if decision == "deny":
+        body["reason"] = "Not this quarter."
+    return assert_ok(world.server.post(f"{APPROVALS}/{result['approval']['id']}/{decision}", json=body,
+                                       headers=world.admin_headers))

@@ -19,12 +19,11 @@ import pytest
 import requests
 
 from tests.helpers import assert_error, assert_ok, bearer
-from tests.task_world import (AGENT, BIG, BINDING_SCHEMA, CUSTOMER, READ, ROUTE, SMALL, TASK_TABLES, TASKS, WRITE,
-                              WRITTEN, Member, World, binding, iid, stored)
+from tests.task_world import (AGENT, BIG, BINDING_SCHEMA, CUSTOMER, READ, ROUTE, SMALL, TASK_TABLES,
+                              TASKS, WRITE, WRITTEN, Member, World, approve, binding, counters, iid, stored)
 
 CAPS = AGENT + "/task-control/capabilities"
 CONTACTS = "customer_contacts_list"  # a read the member lists do not name unless told
-APPROVALS = "/admin/api/tool-approvals"
 
 Send = Callable[[], requests.Response]
 
@@ -37,12 +36,6 @@ def task_row(world: World, task_id: str) -> tuple[str, int, int]:
     [row] = world.sql("SELECT state, revision, ledger_sequence FROM bz_agent_tasks WHERE task_id = %s",
                       (task_id,))
     return row[0], int(row[1]), int(row[2])
-
-
-def counters(world: World, task_id: str) -> tuple[int, int, int]:
-    [row] = world.sql("SELECT write_reserved, write_consumed, active_permits FROM bz_agent_tasks "
-                      "WHERE task_id = %s", (task_id,))
-    return int(row[0]), int(row[1]), int(row[2])
 
 
 def refused(world: World, send: Send, status: int, code: str, *task_ids: str) -> dict:
@@ -76,15 +69,6 @@ def blocks(world: World, send: Send, task_id: str) -> None:
     assert world.sql("SELECT event, detail->>'revision' FROM bz_agent_task_events WHERE task_id = %s "
                      "AND sequence = %s", (task_id, ledger + 1)) == [("scope_blocked", str(revision + 1))]
     assert len(world.business.executions()) == sent
-
-
-def approve(world: World, result: dict, decision: str = "approve") -> dict:
-    """Decide the approval of an awaiting call through the admin API."""
-    body: dict[str, Any] = {"args_hash": result["approval"]["args_hash"]}
-    if decision == "deny":
-        body["reason"] = "Not this quarter."
-    return assert_ok(world.server.post(f"{APPROVALS}/{result['approval']['id']}/{decision}", json=body,
-                                       headers=world.admin_headers))
 
 
 def approval_row(world: World, name: str) -> tuple[str, Any]:

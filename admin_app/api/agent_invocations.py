@@ -9,8 +9,7 @@ from flask import Blueprint, current_app, jsonify, request
 
 from .. import limits
 from .. import surfaces
-from ..errors import ApiError, unauthorized
-from ..identity.sessions import authenticate_access
+from ..errors import ApiError
 from ..identity.tokens import bearer_from_header
 from ..invocations import results, service
 from .body import read_empty_object, read_json_object
@@ -29,9 +28,7 @@ def _bearer() -> str | None:
 def _authenticated_first() -> None:
     """Refuse a stranger before reading up to 2 MiB of body; the service checks again in the
     transaction that acts."""
-    with _database().session() as db:
-        if authenticate_access(db, _bearer()) is None:
-            raise unauthorized()
+    service.authenticate(_database(), _bearer())
 
 
 @bp.post("")

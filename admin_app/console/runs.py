@@ -169,7 +169,8 @@ STATE_HELP = {
 REASONS = {
     "transport_failure": "the connection failed or the answer could not be read after the request was sent",
     "no_dispatch_record": "an attempt was recorded without its journal row, so whether it was sent is unknown",
-    "no_outcome_recorded": "the worker sending it stopped before recording the answer",
+    "no_outcome_recorded": ("the request was sent but its answer could not be recorded: the worker sending it "
+                            "stopped, or the hub's database failed while it waited"),
     "provider_secret_unavailable": "the hub could not read the provider's signing secret",
     "approval_denied": "an approver denied it",
     "approval_snapshot_unusable": "the approved arguments no longer match their hash",

@@ -37,9 +37,20 @@ def _business_text(inv: Invocation) -> str:
 
 
 def _unresolved(journal: JournalEntry | None) -> str:
-    key = journal.idempotency_key if journal is not None else "unknown"
+    return _unresolved_text(journal.idempotency_key if journal is not None else "unknown")
+
+
+def _unresolved_text(key: str) -> str:
     return ("The outcome is unknown: the request may have reached the business system. Do not "
             f"repeat it; reconcile it by its idempotency key {key}.")
+
+
+def unresolved_view(result: dict, idempotency_key: str) -> dict:
+    """`result` as it reads once its dispatch is known to have no outcome to come: what a resume
+    would record (`no_outcome_recorded`), said without writing it."""
+    return {**result, "state": "reconciliation_required", "status": "reconciliation_required",
+            "reason": "no_outcome_recorded", "ok": False, "auto_retry_allowed": False,
+            "text": bounded_text(_unresolved_text(idempotency_key))}
 
 
 def _text(inv: Invocation, approval: Approval | None, journal: JournalEntry | None) -> str:
@@ -99,10 +110,7 @@ def receipt_view(inv: Invocation, approval: Approval | None, journal: JournalEnt
     result = result_view(inv, approval, journal)
     source = "job"
     if journal is not None and journal.state == "dispatching" and not dispatcher_alive:
-        result = {**result, "state": "reconciliation_required", "status": "reconciliation_required",
-                  "ok": False, "auto_retry_allowed": False,
-                  "text": bounded_text(_unresolved(journal))}
-        source = "journal"
+        result, source = unresolved_view(result, journal.idempotency_key), "journal"
     return {
         "schema_version": RECEIPT_SCHEMA,
         "read_only": True,

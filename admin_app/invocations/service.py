@@ -44,7 +44,7 @@ from . import approvals, dispatch
 from .models import Approval, Invocation, JournalEntry
 from .path_params import dot_segment_rejection
 from .policy import TypeMismatch, approval_policy
-from .results import receipt_view, result_view
+from .results import receipt_view, result_view, unresolved_view
 
 log = logging.getLogger(__name__)
 
@@ -244,37 +244,71 @@ def sha256_bytes(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def _send_and_record(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict) -> None:
-    outcome = dispatch.send(plan["call"], secret=plan["secret"], job_id=plan["job_id"],
-                            scope=plan["scope"], on_behalf_of=plan["on_behalf_of"],
-                            idempotency_key=plan["key"], timeout_ms=plan["timeout_ms"])
-    with dispatcher.session() as db:
-        inv = db.get(Invocation, inv_id, with_for_update=True)
-        # The task's settlement commits with the outcome: unknown keeps permit and reservation.
-        metering.settle(db, inv_id, dispatched=None if outcome.uncertain else True)
-        journal = db.get(JournalEntry, inv_id, with_for_update=True)
-        journal.finished_at = utc_now()
-        journal.http_status = outcome.http_status
-        if outcome.uncertain:
-            journal.state, journal.failure = "uncertain", outcome.failure
-            inv.status, inv.reason = "reconciliation_required", "transport_failure"
-        else:
-            assert outcome.http_status is not None  # a certain outcome is the business system's answer
-            journal.state = "completed"
-            inv.status = "executed" if 200 <= outcome.http_status < 300 else "business_rejected"
-            inv.business_status, inv.result_body = outcome.http_status, outcome.body
-        inv.updated_at = utc_now()
+def _record(db: Session, inv_id: uuid.UUID, outcome: dispatch.Outcome) -> dict:
+    """Write what came back, and the answer built from it (committed with it, or not at all)."""
+    inv = db.get_one(Invocation, inv_id, with_for_update=True)
+    # The task's settlement commits with the outcome: unknown keeps permit and reservation.
+    metering.settle(db, inv_id, dispatched=None if outcome.uncertain else True)
+    journal = db.get_one(JournalEntry, inv_id, with_for_update=True)
+    journal.finished_at = utc_now()
+    journal.http_status = outcome.http_status
+    if outcome.uncertain:
+        journal.state, journal.failure = "uncertain", outcome.failure
+        inv.status, inv.reason = "reconciliation_required", "transport_failure"
+    else:
+        assert outcome.http_status is not None  # a certain outcome is the business system's answer
+        journal.state = "completed"
+        inv.status = "executed" if 200 <= outcome.http_status < 300 else "business_rejected"
+        inv.business_status, inv.result_body = outcome.http_status, outcome.body
+    inv.updated_at = utc_now()
+    db.flush()
+    return view(db, inv, _approval(db, inv))
 
 
 def _dispatch_planned(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict | None, result: dict) -> dict:
     """After the reserving transaction committed: send the planned call (if any), record what came
-    back, and answer with the invocation as it now stands."""
+    back, and answer with the invocation as it now stands.
+
+    From the moment the journal said `dispatching` the request may have left, so no failure here
+    (the database, the recording's commit, anything unforeseen) may answer that nothing was sent:
+    it answers the outcome as unknown, and leaves the records saying the same."""
     if plan is None:
         return result
-    _send_and_record(dispatcher, inv_id, plan)
-    with dispatcher.session() as db:
-        inv = db.get(Invocation, inv_id)
-        return view(db, inv, _approval(db, inv))
+    try:
+        outcome = dispatch.send(plan["call"], secret=plan["secret"], job_id=plan["job_id"],
+                                scope=plan["scope"], on_behalf_of=plan["on_behalf_of"],
+                                idempotency_key=plan["key"], timeout_ms=plan["timeout_ms"])
+        with dispatcher.session() as db:
+            return _record(db, inv_id, outcome)
+    except Exception:  # answered as unknown, below; logged here
+        log.exception("the outcome of dispatched invocation %s could not be recorded", inv_id)
+        return _outcome_unknown(dispatcher.database, inv_id, plan, result)
+
+
+def _outcome_unknown(database: Database, inv_id: uuid.UUID, plan: dict, result: dict) -> dict:
+    """The answer after a dispatch whose outcome could not be recorded. On a fresh connection: a
+    journal still `dispatching` is marked unknown (permit and reservation kept), one that was
+    recorded after all is answered as recorded. With no database at all, the unknown outcome is
+    answered from what was known before the call; the row left `dispatching` reads as unknown to
+    every later receipt and resume, since its dispatcher's lock went with its connection."""
+    try:
+        with database.session() as db:
+            inv = db.get_one(Invocation, inv_id, with_for_update=True)
+            journal = db.get_one(JournalEntry, inv_id, with_for_update=True)
+            if journal.state == "dispatching":
+                _mark_unknown(db, inv, journal)
+            db.flush()
+            return view(db, inv, _approval(db, inv))
+    except Exception:  # nothing more can be learnt or written: unknown it stays
+        log.exception("invocation %s left dispatching: its outcome is unknown", inv_id)
+        return unresolved_view(result, plan["key"])
+
+
+def _mark_unknown(db: Session, inv: Invocation, journal: JournalEntry) -> None:
+    """A `dispatching` journal whose answer will never be recorded: the outcome is unknown."""
+    journal.state, journal.failure, journal.finished_at = "uncertain", "no_outcome_recorded", utc_now()
+    inv.status, inv.reason, inv.updated_at = "reconciliation_required", "no_outcome_recorded", utc_now()
+    metering.settle(db, inv.id, dispatched=None)  # its permit and reservation stay
 
 
 # ------------------------------------------------------------------ invoke
@@ -298,20 +332,28 @@ def _screen(visible: Visible, route, arguments: dict) -> tuple[str | None, dict 
 
 def guarded(action):
     """Storage failures as `invocation_storage_unavailable`, anything unforeseen as
-    `agent_tool_internal_error`; never the exception's text."""
+    `agent_tool_internal_error`; never the exception's text. Both are true only before the
+    journal says `dispatching`: after it, `_dispatch_planned` answers instead and never raises."""
     @functools.wraps(action)
     def run(*args, **kwargs):
         try:
             return action(*args, **kwargs)
         except ApiError:
             raise
-        except (DBAPIError, PoolTimeout):  # no connection in time: nothing was sent either
+        except (DBAPIError, PoolTimeout):  # no connection in time, or none at all: nothing was sent
             log.exception("tool invocation storage failed")
             raise ApiError("invocation_storage_unavailable") from None
         except Exception:  # answered with a fixed code; logged above
             log.exception("tool invocation failed")
             raise ApiError("agent_tool_internal_error") from None
     return run
+
+
+@guarded
+def authenticate(database: Database, bearer: str | None) -> None:
+    """Refuse a stranger before a body is read; with the database down, the same 503 as a call."""
+    with database.session() as db:
+        _session(db, bearer)
 
 
 @guarded
@@ -478,9 +520,7 @@ def _resume(dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> d
             if journal is None:  # an attempt without its journal row: never sent again
                 inv.status, inv.reason = "reconciliation_required", "no_dispatch_record"
             elif _interrupted(db, journal, visible.tool.timeout_ms):
-                journal.state, journal.failure, journal.finished_at = "uncertain", "no_outcome_recorded", utc_now()
-                inv.status, inv.reason = "reconciliation_required", "no_outcome_recorded"
-                metering.settle(db, inv.id, dispatched=None)  # its permit and reservation stay
+                _mark_unknown(db, inv, journal)
         db.flush()
         result, inv_id = view(db, inv, approval), inv.id
     return _dispatch_planned(dispatcher, inv_id, plan, result)
