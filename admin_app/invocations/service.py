@@ -262,6 +262,7 @@ def _record(db: Session, inv_id: uuid.UUID, outcome: dispatch.Outcome) -> dict:
         inv.business_status, inv.result_body = outcome.http_status, outcome.body
     inv.updated_at = utc_now()
     db.flush()
+    db.refresh(inv, ["result_body"])  # as stored (jsonb orders keys), so that every replay reads alike
     return view(db, inv, _approval(db, inv))
 
 
