@@ -4,7 +4,8 @@ state the same numbers. Change a limit here and nowhere else.
 
 A contract limit is one a client can meet: a refusal (or a clamp) on one of the three APIs, in
 the configuration a hub accepts, or on a business system's side of a call. Tunables nobody
-outside sees (cache sizes, the console's display bounds) stay beside the code that uses them.
+outside sees (cache sizes, the console's display bounds) stay beside the code that uses them,
+except the bounds that keep untrusted text from growing a console page, which are at the end.
 The agent SDK (admin_app/agent_sdk) is a client and keeps its own copy of what it checks.
 
 Text lengths are as the validators count them: UTF-16 code units (what the specs count) unless
@@ -129,3 +130,25 @@ TASK_LIST_LIMIT = (30, 1, 100)                 # default, minimum, maximum: task
 
 # ---------------------------------------------------------------- console support triage
 RUN_LOOKUP_LENGTH = (4, 191)                   # an ID prefix long enough to narrow, and a cap
+
+# ---------------------------------------------------------------- console: untrusted text on a page
+# A page costs at most a small multiple of the text it shows, however the text is made.
+CONSOLE_MARKERS_PER_TEXT = 64                  # markers with a title per message or snippet; then short ones
+CONSOLE_PAGE_TEXT_BYTES = 1 * MIB              # HTML of message text on one transcript page (one message always)
+# The Markdown view parses in time linear in a message's syntax characters (ASCII punctuation and
+# line breaks) but up to ~40 µs each: a message with more is shown plain, and so are the messages
+# of a page that has spent its time on Markdown.
+CONSOLE_MARKDOWN_SYNTAX_PER_MESSAGE = 8000
+CONSOLE_MARKDOWN_SECONDS_PER_PAGE = 0.5
+
+# ---------------------------------------------------------------- approval notifications
+# One attempt, whole, however slowly the other end answers: a webhook's name lookup, connect,
+# TLS, request and the answer's status and headers; an SMTP session from connect to the message
+# accepted.
+NOTIFICATION_WEBHOOK_SECONDS = 10
+NOTIFICATION_EMAIL_SECONDS = 30
+# A claimed delivery is leased for the longest attempt and the time to record its outcome, so no
+# other worker takes it again while an attempt may still be running.
+NOTIFICATION_RECORD_SECONDS = 30
+NOTIFICATION_LEASE_SECONDS = (max(NOTIFICATION_WEBHOOK_SECONDS, NOTIFICATION_EMAIL_SECONDS)
+                              + NOTIFICATION_RECORD_SECONDS)

@@ -7,10 +7,12 @@ the test's own thread (`deliver_due`) unless a test starts the hub's background 
 waits are never slept through: the tests move `next_attempt_at` in the database instead."""
 from __future__ import annotations
 
+import asyncio
 import email
 import hashlib
 import hmac
 import json
+import logging
 import re
 import socket
 import threading
@@ -24,9 +26,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from aiosmtpd.controller import Controller
 
-from admin_app import create_app
+from admin_app import create_app, limits
 from admin_app.db import Database
-from admin_app.notifications import message
+from admin_app.notifications import message, redact, worker
 from admin_app.notifications.bell import BELL
 from admin_app.notifications.senders import Outcome
 from admin_app.notifications.worker import LEASE_SECONDS, Report, claim, deliver_due, record, retry_delay
@@ -52,10 +54,12 @@ def merge_arguments(marker: str) -> dict:
 
 class Receiver:
     """A webhook receiver: records every request; the next `fail` requests are answered with
-    `status` (and `reason`), the others with 204; each answer waits `delay` seconds first."""
+    `status` (and `reason`), the others with 204; each answer waits `delay` seconds first.
+    `answers`, while it lasts, scripts the next answers instead: (seconds to wait, status)."""
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
+        self.answers: list[tuple[float, int]] = []
         self.fail = 0
         self.status = 500
         self.reason = "Internal Server Error"
@@ -70,12 +74,11 @@ class Receiver:
                     receiver.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                     failing = receiver.fail > 0
                     receiver.fail -= 1 if failing else 0
-                if receiver.delay:
-                    time.sleep(receiver.delay)
-                if failing:
-                    self.send_response(receiver.status, receiver.reason)
-                else:
-                    self.send_response(204)
+                    delay, status = receiver.answers.pop(0) if receiver.answers else (
+                        receiver.delay, receiver.status if failing else 204)
+                if delay:
+                    time.sleep(delay)
+                self.send_response(status, receiver.reason if failing else None)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -96,13 +99,21 @@ class Receiver:
 
 
 class Inbox:
-    """aiosmtpd's handler: keeps every message; the next `fail` are refused with 554."""
+    """aiosmtpd's handler: keeps every message; the next `fail` are refused with 554. Each
+    recipient and each message is answered `pause` seconds late."""
 
     def __init__(self) -> None:
         self.envelopes: list = []
         self.fail = 0
+        self.pause = 0.0
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: N802 - aiosmtpd's name
+        await asyncio.sleep(self.pause)
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's name
+        await asyncio.sleep(self.pause)
         if self.fail > 0:
             self.fail -= 1
             return "554 Transaction failed: try later"
@@ -111,6 +122,45 @@ class Inbox:
 
     def messages(self) -> list:
         return [email.message_from_bytes(e.content, policy=policy.default) for e in self.envelopes]
+
+
+class Trickler:
+    """A webhook receiver that reads each request whole, then sends its answer (a 200) one byte
+    every `pace` seconds; records each request."""
+
+    ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+    def __init__(self, pace: float, path: str = "/hooks/approvals") -> None:
+        self.pace = pace
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        trickler = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with trickler.lock:
+                    trickler.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                self.close_connection = True
+                try:
+                    for byte in trickler.ANSWER:
+                        self.wfile.write(bytes([byte]))
+                        time.sleep(trickler.pace)
+                except OSError:  # the hub hung up
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}{path}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def free_port() -> int:
@@ -363,7 +413,9 @@ def test_an_unreachable_receiver_and_a_redirect_are_retried_failures(hub, cli, s
     finally:
         moved.stop()
     rows = {d["channel"]: d for d in deliveries(sql)}
-    assert rows["gone"]["error"].startswith("ConnectionError: ") and rows["gone"]["http_status"] is None
+    where = url.removesuffix("/hooks/approvals")  # the origin: never the path
+    assert rows["gone"]["error"] == f"ConnectionRefusedError: [Errno 111] Connection refused ({where})"
+    assert rows["gone"]["http_status"] is None
     assert len(rows["gone"]["error"]) <= 500
     assert (rows["moved"]["error"], rows["moved"]["http_status"]) == ("HTTP 302 Found", 302)
     assert len(moved.requests) == 1  # the redirect was not followed
@@ -523,14 +575,13 @@ def test_a_send_whose_worker_died_is_taken_again_when_its_lease_runs_out(hub, cl
     first, second = attempts(sql, row["id"])
     assert first[:2] == (1, "interrupted") and "lease ran out" in first[3]
     assert second[:3] == (2, "delivered", 204)
-    # The dead worker comes back and reports its attempt: recorded as what it was, but the
-    # delivery's state is no longer its to change.
+    # The dead worker comes back and reports its attempt: the row is no longer its to change.
     late = Report()
     with hub_db.session() as db:
         record(db, lost, Outcome(False, http_status=500, error="HTTP 500"), settings, late)
     assert late.lease_lost == 1
     assert deliveries(sql)[0]["status"] == "delivered"
-    assert attempts(sql, row["id"])[0][:4] == (1, "failed", 500, "HTTP 500")
+    assert attempts(sql, row["id"]) == [first, second]
 
 
 def test_an_interrupted_last_attempt_fails_the_delivery(hub, cli, sql, app, receiver, secret, tmp_path):
@@ -618,6 +669,254 @@ def test_the_deliver_command_sends_what_is_due_and_reports(hub, cli, sql, receiv
     assert code == 0, err
     assert out == {"delivered": 1, "retrying": 1, "failed": 0, "cancelled": 0, "interrupted": 0,
                    "lease_lost": 0, "deliveries": {"delivered": 1, "pending": 1}}
+
+
+# ================================================================ deadlines and leases
+
+def race(app, *passes) -> list[Report]:
+    """Each pass (a function of its own Database, as another process would have) in a thread of
+    its own, started together; their reports."""
+    settings = app.extensions["bailing"].settings
+    databases = [Database(settings) for _ in passes]
+    reports: list[Report] = [Report() for _ in passes]
+    start = threading.Barrier(len(passes))
+
+    def run(index: int) -> None:
+        start.wait()
+        reports[index] = passes[index](databases[index], settings)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(passes))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        for database in databases:
+            database.dispose()
+    assert not any(thread.is_alive() for thread in threads)
+    return reports
+
+
+def attempt_seconds(sql) -> list[float]:
+    return [r[0] for r in sql("SELECT EXTRACT(EPOCH FROM finished_at - started_at)::float "
+                              "FROM bz_approval_delivery_attempts ORDER BY finished_at")]
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_off_by_the_attempts_deadline(
+        hub, cli, sql, app, secret, tmp_path, monkeypatch):
+    deadline = 1.0
+    monkeypatch.setattr(limits, "NOTIFICATION_WEBHOOK_SECONDS", deadline)
+    # A byte every 0.4 s: far within any one read's timeout, 17 s for the whole answer.
+    trickler = Trickler(pace=0.4)
+    try:
+        channels(cli, tmp_path, {**webhook(trickler), "url": trickler.url})
+        numbers = [pending(hub, "customer_update_credit_limit", {**CREDIT, "credit_limit": 20000 + n})
+                   for n in range(3)]
+
+        reports = race(app, deliver_due, deliver_due)  # two processes' workers
+
+        assert sum(r.retrying for r in reports) == 3
+        assert sum(r.delivered + r.interrupted + r.lease_lost + r.failed for r in reports) == 0
+        # One request per notification: none was taken again while its attempt ran.
+        sent = [r["headers"]["X-Bailing-Delivery"] for r in trickler.requests]
+        assert len(sent) == 3 and set(sent) == {str(d["id"]) for d in deliveries(sql)}
+        # Each attempt ended by its deadline, well before the answer (or the lease) would have.
+        assert all(deadline <= took < deadline + 5 for took in attempt_seconds(sql)), attempt_seconds(sql)
+        origin = trickler.url.removesuffix("/hooks/approvals")
+        for row in deliveries(sql):
+            assert (row["status"], row["attempts"], row["http_status"]) == ("pending", 1, None)
+            assert row["error"] == f"no complete answer from {origin} within 1 s"
+            assert attempts(sql, row["id"]) == [(1, "failed", None, row["error"], True, True)]
+        assert sorted(d["approval"] for d in deliveries(sql)) == numbers
+
+        # The receiver mends its ways: the next attempts deliver, once each.
+        trickler.pace = 0
+        make_due(sql)
+        assert sum(r.delivered for r in race(app, deliver_due, deliver_due)) == 3
+    finally:
+        trickler.stop()
+    assert len(trickler.requests) == 6 and len({r["headers"]["X-Bailing-Delivery"] for r in trickler.requests}) == 3
+    for row in deliveries(sql):
+        assert (row["status"], row["attempts"], row["http_status"], row["error"]) == ("delivered", 2, 200, None)
+        assert [a[1:3] for a in attempts(sql, row["id"])] == [("failed", None), ("delivered", 200)]
+
+
+def test_a_late_answer_after_the_lease_was_lost_overwrites_nothing(hub, cli, sql, app, receiver, secret,
+                                                                   tmp_path, monkeypatch, caplog):
+    channels(cli, tmp_path, webhook(receiver))
+    pending(hub, "customer_update_credit_limit", CREDIT)
+    # What a process paused mid-attempt looks like: its lease runs out before its answer comes.
+    monkeypatch.setattr(worker, "LEASE_SECONDS", 1)
+    receiver.answers = [(6.0, 200), (0, 503)]  # the first sender's 200 comes late; the second's 503 at once
+
+    def second(database: Database, settings) -> Report:
+        until = time.monotonic() + 20
+        report = Report()
+        while not report.interrupted and time.monotonic() < until:
+            time.sleep(0.1)
+            report = deliver_due(database, settings)
+        return report
+
+    first, taken_over = race(app, deliver_due, second)
+
+    assert (first.lease_lost, first.delivered, first.retrying) == (1, 0, 0)
+    assert (taken_over.interrupted, taken_over.retrying) == (1, 1)
+    assert len({r["headers"]["X-Bailing-Delivery"] for r in receiver.requests}) == 1
+    assert len(receiver.requests) == 2
+    # The second sender's record stands: the first one's late 200 changed neither row.
+    [row] = deliveries(sql)
+    assert (row["status"], row["attempts"], row["http_status"], row["error"]) == (
+        "pending", 2, 503, "HTTP 503 Service Unavailable")
+    interrupted, failed = attempts(sql, row["id"])
+    assert interrupted[:3] == (1, "interrupted", None) and "lease ran out" in interrupted[3]
+    assert failed == (2, "failed", 503, "HTTP 503 Service Unavailable", True, True)
+    assert "the outcome is dropped" in caplog.text
+
+
+def test_a_lease_outlasts_the_longest_attempt_and_its_recording():
+    longest = max(limits.NOTIFICATION_WEBHOOK_SECONDS, limits.NOTIFICATION_EMAIL_SECONDS)
+    assert LEASE_SECONDS == limits.NOTIFICATION_LEASE_SECONDS >= longest + limits.NOTIFICATION_RECORD_SECONDS
+    assert limits.NOTIFICATION_RECORD_SECONDS > 0
+
+
+def test_a_slow_mail_server_is_cut_off_by_the_attempts_deadline(hub, cli, sql, app, inbox, tmp_path,
+                                                                monkeypatch):
+    deadline = 1.5
+    monkeypatch.setattr(limits, "NOTIFICATION_EMAIL_SECONDS", deadline)
+    channels(cli, tmp_path, mail())
+    pending(hub, "customer_update_credit_limit", CREDIT)
+    inbox.pause = 0.6  # each of two recipients and the message: within a command's timeout, not the session's
+
+    assert deliver(app).retrying == 1
+
+    [row] = deliveries(sql)
+    assert (row["status"], row["attempts"]) == ("pending", 1)
+    assert row["error"] == f"no complete answer from 127.0.0.1:{inbox.port} within 1.5 s"
+    [took] = attempt_seconds(sql)
+    assert deadline <= took < deadline + 5
+    assert inbox.envelopes == []
+    inbox.pause = 0
+    make_due(sql)
+    assert deliver(app).delivered == 1 and len(inbox.envelopes) == 1
+
+
+# ================================================================ what leaves the hub, and what it shows
+
+URL_SECRETS = ("T0PATHSECRET", "B0PATHSECRET", "QUERYSECRET42")
+
+
+def secret_url(base: str) -> str:
+    """`base` (scheme, host and port) with a path and query holding a key, as chat services do."""
+    return f"{base}/services/T0PATHSECRET/B0PATHSECRET?token=QUERYSECRET42"
+
+
+def test_a_webhook_url_is_never_stored_shown_or_logged_beyond_its_origin(
+        hub, cli, sql, app, server, receiver, secret, tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.DEBUG, logger="admin_app")
+    monkeypatch.setattr(limits, "NOTIFICATION_WEBHOOK_SECONDS", 2)
+    make_admin(cli, "approver-1", "approver")
+    refused = f"http://127.0.0.1:{free_port()}"  # nobody listens there
+    here = receiver.url.removesuffix("/hooks/approvals")
+    trickler = Trickler(pace=0.3, path="/")
+    slow = trickler.url.removesuffix("/")
+    # A receiver that names its own URL in its answer, as some error pages do.
+    receiver.fail, receiver.status, receiver.reason = 2, 404, f"No hook at {secret_url(here)} (path {secret_url('')})"
+    try:
+        applied = channels(cli, tmp_path, {**webhook(receiver, "refused"), "url": secret_url(refused)},
+                           {**webhook(receiver, "echoing"), "url": secret_url(here)},
+                           {**webhook(receiver, "slow"), "url": secret_url(slow)})
+        pending(hub, "customer_update_credit_limit", CREDIT)
+        assert deliver(app).retrying == 3
+        make_due(sql)
+        code, out, err = cli("notifications", "deliver", "--once")
+        assert code == 0 and out["retrying"] == 3, err
+    finally:
+        trickler.stop()
+    # The receivers were reached at their paths: the secret is used, only never shown.
+    assert receiver.requests[0]["path"] == "/services/T0PATHSECRET/B0PATHSECRET?token=QUERYSECRET42"
+    errors = {d["channel"]: d["error"] for d in deliveries(sql)}
+    assert errors == {"refused": f"ConnectionRefusedError: [Errno 111] Connection refused ({refused})",
+                      "echoing": f"HTTP 404 No hook at {here}/… (path …)",
+                      "slow": f"no complete answer from {slow} within 2 s"}
+    stored = sql("SELECT d.last_error, a.error FROM bz_approval_deliveries d "
+                 "JOIN bz_approval_delivery_attempts a ON a.delivery_id = d.id")
+    # An error an older version recorded, with the whole URL in it, is shown redacted too.
+    old = (f"ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=1): Max retries exceeded with url: "
+           f"{secret_url('')} (Caused by NewConnectionError('Failed to establish a new connection'))")
+    sql("UPDATE bz_approval_deliveries SET last_error = %s WHERE channel = 'refused'", (old,))
+    page = signed_in(server.url, "approver-1").get("/console/notifications/").text
+    assert f"({refused})" not in page and "Max retries exceeded with url: …" in page
+    for place, text in {"the records": json.dumps(stored), "the page": page, "the logs": caplog.text,
+                        "the command": json.dumps([out, err]), "the configuration report": json.dumps(applied)}.items():
+        for secret_part in URL_SECRETS:
+            assert secret_part not in text, (place, secret_part)
+        assert "/services" not in text, place
+    assert here in page and slow in page
+
+
+HIDDEN_IN_SUMMARY = "refund \u202egnp.exe\u200b\u200b done\x1b[2J\x07 \U000e0041"
+MARKED_SUMMARY = "refund ⟨RLO⟩gnp.exe⟨ZWSP ×2⟩ done⟨ESC⟩[2J⟨U+0007⟩ ⟨TAG A⟩"  # noqa: RUF001 - the markers' sign
+RAW_HIDDEN = ("\u202e", "\u200b", "\x1b", "\x07", "\U000e0041")
+
+
+def test_hidden_characters_reach_no_mail_or_webhook_but_as_markers(hub, cli, sql, app, receiver, inbox, secret,
+                                                                   tmp_path):
+    channels(cli, tmp_path, webhook(receiver), mail())
+    number = pending(hub, "customer_update_credit_limit", CREDIT)
+    # What an agent's arguments could have put in the bounded summary, and on whose behalf.
+    sql("UPDATE bz_tool_approvals SET summary = %s, on_behalf_of = %s WHERE number = %s",
+        (HIDDEN_IN_SUMMARY, "tenant-7:\u202euser-42", number))
+
+    assert deliver(app).delivered == 2
+
+    [request] = receiver.requests
+    raw = request["body"].decode()
+    payload = json.loads(raw)["approval"]
+    assert (payload["summary"], payload["on_behalf_of"]) == (MARKED_SUMMARY, "tenant-7:⟨RLO⟩user-42")
+    assert not any(char in raw for char in RAW_HIDDEN)
+    assert "\\u00" not in raw and "\\u20" not in raw  # nor escaped in the JSON
+    [envelope] = inbox.envelopes
+    [received] = inbox.messages()
+    body = received.get_content()
+    assert MARKED_SUMMARY in body and "On behalf of:  tenant-7:⟨RLO⟩user-42" in body
+    assert not any(char in body or char in received["Subject"] for char in RAW_HIDDEN)
+    assert b"\x1b" not in envelope.content and b"\x07" not in envelope.content
+
+
+def test_hidden_characters_in_a_subject_are_marked():
+    notice = _notice(tool="merge\u202eexe.txt", route="desk\u200b", risk="high\x1b[0m")
+    assert message.subject(notice) == "Approval #7 waiting: merge⟨RLO⟩exe.txt on desk⟨ZWSP⟩ (high⟨ESC⟩[0m)"
+    mail_message = message.email(notice, sender=SENDER, recipients=["a@example.com"], public_url=None,
+                                 delivery_id=uuid.uuid4())
+    parsed = email.message_from_bytes(mail_message.as_bytes(), policy=policy.default)
+    assert parsed["Subject"] == message.subject(notice)
+
+
+@pytest.mark.parametrize("text, shown", [
+    # The channel's own URL, whole, in pieces, quoted or unquoted.
+    ("at https://hooks.example.com/services/T0PATHSECRET/B0PATHSECRET?token=QUERYSECRET42 now",
+     "at https://hooks.example.com/… now"),
+    ("url: /services/T0PATHSECRET/B0PATHSECRET?token=QUERYSECRET42 (Caused by X)", "url: … (Caused by X)"),
+    ("no T0PATHSECRET here, nor QUERYSECRET42", "no … here, nor …"),
+    # Another URL (the channel's before it changed), and a path as urllib3 quoted it.
+    ("Max retries exceeded with url: /hooks/OLDSECRET?k=1 (Caused by NewConnectionError)",
+     "Max retries exceeded with url: … (Caused by NewConnectionError)"),
+    ("moved to https://other.example.com:8443/OLDSECRET/x", "moved to https://other.example.com:8443/…"),
+    # The origin is kept, and so is everything else.
+    ("ConnectionRefusedError: [Errno 111] Connection refused (https://hooks.example.com)",
+     "ConnectionRefusedError: [Errno 111] Connection refused (https://hooks.example.com)"),
+])
+def test_an_error_keeps_a_webhook_url_to_its_origin(text, shown):
+    url = secret_url("https://hooks.example.com")
+    assert redact.scrub(text, url) == shown
+    assert redact.origin(url) == "https://hooks.example.com"
+
+
+def test_a_url_quoted_otherwise_than_configured_is_kept_to_its_origin_too():
+    quoted = "https://hooks.example.com/services/T0%50ATHSECRET"  # %50 is P
+    assert redact.scrub("POST /services/T0PATHSECRET failed", quoted) == "POST … failed"
+    assert redact.scrub("POST /services/T0%50ATHSECRET failed", quoted) == "POST … failed"
 
 
 # ================================================================ configuration

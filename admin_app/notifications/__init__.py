@@ -9,6 +9,8 @@ hash); the argument snapshot stays in the console, read on demand.
 - `bell`: wakes this process's worker when such a transaction commits.
 - `message`: what a notification says (webhook JSON and its signature, the e-mail).
 - `senders`: one attempt over HTTP or SMTP.
+- `deadline`: one deadline for a whole attempt, whatever pace the other end keeps.
+- `redact`: a webhook URL shown as its origin only (its path and query are its secret).
 - `worker`: claims due deliveries under a lease, sends, records, retries with back-off.
 - `deliveries`: the console's list of recent deliveries.
 """

@@ -1,6 +1,7 @@
 """The console's list of notification deliveries (approvals:read): newest first, keyset-paged on
 (created_at, id), all of them or those of one status. Bounded fields only: the approval's
-number, tool and route, never its snapshot."""
+number, tool and route, never its snapshot; a webhook's error without its URL's path or query,
+whenever it was written."""
 from __future__ import annotations
 
 import uuid
@@ -11,13 +12,14 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from ..canonical import iso
+from .redact import scrub
 
 STATUSES = ("pending", "sending", "delivered", "failed", "cancelled")
 
 PageKey = tuple[datetime, uuid.UUID]  # (created_at, id) of the last row shown, newest first
 
 _PAGE = text("""
-    SELECT d.id, d.created_at, d.channel, c.kind, d.status, d.attempts, d.next_attempt_at,
+    SELECT d.id, d.created_at, d.channel, c.kind, c.url, d.status, d.attempts, d.next_attempt_at,
            d.last_http_status, d.last_error, d.delivered_at,
            a.id AS approval_uuid, a.number, a.tool, a.route_key
     FROM bz_approval_deliveries AS d
@@ -49,7 +51,7 @@ def page(db: Session, status: str | None, after: PageKey | None,
         "attempts": row.attempts,
         "next_attempt_at": iso(row.next_attempt_at),
         "last_http_status": row.last_http_status,
-        "last_error": row.last_error,
+        "last_error": scrub(row.last_error, row.url) if row.last_error else row.last_error,
         "delivered_at": iso(row.delivered_at),
         "approval": {"id": str(row.approval_uuid), "approval_id": row.number, "tool": row.tool,
                      "route": row.route_key},

@@ -1,7 +1,10 @@
 """What a notification says: the webhook's JSON and its signature, and the e-mail.
 
 Built only from an approval's bounded fields (`Notice`): never the argument snapshot, never an
-argument value beyond the bounded summary the approvals queue already shows, never a secret."""
+argument value beyond the bounded summary the approvals queue already shows, never a secret.
+Their text is untrusted: each field is made one line, and every character that hides or changes
+how text is shown is replaced by the marker the console shows (⟨RLO⟩, ⟨ESC⟩), so neither a mail
+reader nor whatever shows the webhook's JSON is fooled by it."""
 from __future__ import annotations
 
 import hashlib
@@ -17,6 +20,7 @@ from email.utils import formatdate, make_msgid
 from typing import Any
 
 from ..canonical import iso
+from ..untrusted_text import revealed
 
 SCHEMA = "bailing.approval-notification.v1"
 EVENT = "approval.pending"
@@ -24,9 +28,8 @@ SUBJECT_MAX = 200
 # Header lines up to RFC 5322's 998 characters: the subject is never folded (Python folds a long
 # one before its first word, which some readers then show with a leading space).
 MAIL_POLICY = policy.SMTP.clone(max_line_length=998)
-# Anything that could end a header line or hide in one: C0 and C1 controls, line and paragraph
-# separators.
-_UNSAFE_IN_HEADER = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# Line breaks (and tabs): a one-line field shows each run of them as one space.
+_BREAKS = re.compile(r"[\t\n\x0b\x0c\r\x1c-\x1e\x85\u2028\u2029]+")
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,11 @@ def webhook_body(delivery_id: uuid.UUID, notice: Notice, public_url: str | None)
         "approval": {
             "id": str(notice.id),
             "approval_id": notice.number,
-            "tool": notice.tool,
-            "route": notice.route,
-            "risk": notice.risk,
-            "summary": notice.summary,
-            "on_behalf_of": notice.on_behalf_of,
+            "tool": one_line(notice.tool),
+            "route": one_line(notice.route),
+            "risk": one_line(notice.risk),
+            "summary": one_line(notice.summary),
+            "on_behalf_of": one_line(notice.on_behalf_of) if notice.on_behalf_of is not None else None,
             "snapshot_bytes": notice.snapshot_bytes,
             "args_hash": notice.args_hash,
             "created_at": iso(notice.created_at),
@@ -97,9 +100,10 @@ def webhook_headers(delivery_id: uuid.UUID, secret: str, timestamp: str, body: b
 
 
 def one_line(value: str) -> str:
-    """Untrusted text made safe for a header: every run of control characters or line breaks
-    becomes one space."""
-    return _UNSAFE_IN_HEADER.sub(" ", value).strip()
+    """Untrusted text made one line and visible: every run of line breaks becomes one space, and
+    every other control or hidden character its marker, so nothing left can end or bend a mail
+    header, or hide in a JSON string."""
+    return revealed(_BREAKS.sub(" ", value)).strip()
 
 
 def subject(notice: Notice) -> str:

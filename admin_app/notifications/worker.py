@@ -4,10 +4,15 @@ Why a lease and not a lock: a row lock held across the network call would keep a
 (and a pooled connection) open for as long as a slow receiver takes. Instead the claim is a short
 transaction: `FOR UPDATE SKIP LOCKED` picks a due row that no other worker is claiming, and it is
 marked `sending` with a fresh lease token and `next_attempt_at` set to when the lease runs out;
-that commits before anything is sent. The outcome is recorded in a second short transaction, by
-the lease's holder only. A worker that dies mid-send leaves a `sending` row whose lease runs out:
-another worker takes it again, records the lost attempt as `interrupted`, and sends it once more
-(at least once; receivers deduplicate by `X-Bailing-Delivery`, which stays the same).
+that commits before anything is sent. Each attempt ends by its deadline (limits.py), and the lease
+is longer than the longest attempt and its recording, so while an attempt may still be running
+no other worker takes the row. The outcome is recorded in a second short transaction, by the
+lease's holder only: the attempt's row and the delivery's next state are written together, or
+not at all, so an answer that comes after the lease was lost (a process paused, the database
+slow) never overwrites what a newer attempt recorded. A worker that dies mid-send leaves a
+`sending` row whose lease runs out: another worker takes it again, records the lost attempt as
+`interrupted`, and sends it once more (at least once; receivers deduplicate by
+`X-Bailing-Delivery`, which stays the same).
 
 Retries back off exponentially: `backoff * 4^(attempt-1)` (30 s, 2 min, 8 min, 32 min...), each
 at most MAX_DELAY; after `max_attempts` attempts the row is `failed`. Times are the database's
@@ -26,6 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from .. import limits
 from ..config import Settings
 from ..db import Database
 from . import senders
@@ -35,8 +41,7 @@ from .senders import Outcome
 
 log = logging.getLogger(__name__)
 
-# Longer than any one attempt can take (webhook 5 s per socket operation, SMTP 10 s per command).
-LEASE_SECONDS = 120
+LEASE_SECONDS = limits.NOTIFICATION_LEASE_SECONDS
 MAX_DELAY_SECONDS = 6 * 3600
 POLL_SECONDS = 10.0  # other processes' new rows, and retries coming due
 ERROR_PAUSE_MAX_SECONDS = 300.0  # the longest wait after the database failed the worker
@@ -99,15 +104,13 @@ _TARGET = text("""
     WHERE d.id = :id
 """)
 
+# One row per attempt, written once: by the lease's holder, or as `interrupted` by the worker
+# that finds the lease run out (the holder then records nothing).
 _ATTEMPT = text("""
     INSERT INTO bz_approval_delivery_attempts
         (delivery_id, attempt, started_at, finished_at, outcome, http_status, error, next_attempt_at)
     VALUES (:id, :attempt, :started, now(), :outcome, :http_status, :error,
             now() + make_interval(secs => CAST(:delay AS double precision)))
-    ON CONFLICT (delivery_id, attempt) DO UPDATE
-    SET finished_at = excluded.finished_at, outcome = excluded.outcome,
-        http_status = excluded.http_status, error = excluded.error,
-        next_attempt_at = excluded.next_attempt_at
 """)
 
 
@@ -172,19 +175,17 @@ def send(item: Claim, settings: Settings) -> Outcome:
     if item.kind == "webhook":
         assert item.url is not None and item.secret_env is not None  # the table's CHECK
         return senders.send_webhook(item.delivery_id, item.notice, url=item.url, secret_env=item.secret_env,
-                                    public_url=settings.public_url)
-    return senders.send_email(item.delivery_id, item.notice, recipients=item.recipients, settings=settings)
+                                    public_url=settings.public_url, seconds=limits.NOTIFICATION_WEBHOOK_SECONDS)
+    return senders.send_email(item.delivery_id, item.notice, recipients=item.recipients, settings=settings,
+                              seconds=limits.NOTIFICATION_EMAIL_SECONDS)
 
 
 def record(db: Session, item: Claim, outcome: Outcome, settings: Settings, report: Report) -> None:
-    """The attempt's row, and the delivery's next state if this worker still holds its lease."""
+    """The delivery's next state and the attempt's row, if this worker still holds the lease of
+    this attempt; otherwise nothing (the row is another worker's now, and the attempt is
+    recorded as `interrupted`)."""
     last = item.attempt >= settings.notification_max_attempts
     delay = None if outcome.delivered or last else retry_delay(item.attempt, settings.notification_backoff_seconds)
-    # Recorded even when the lease was lost: the attempt happened (it replaces the other
-    # worker's `interrupted` row for the same attempt, with what really came of it).
-    db.execute(_ATTEMPT, {"id": item.delivery_id, "attempt": item.attempt, "started": item.started_at,
-                          "outcome": "delivered" if outcome.delivered else "failed",
-                          "http_status": outcome.http_status, "error": outcome.error, "delay": delay})
     if delay is None:
         status = "delivered" if outcome.delivered else "failed"
         held = _close(db, item.delivery_id, status, outcome.error, item.token, outcome.http_status)
@@ -200,10 +201,13 @@ def record(db: Session, item: Claim, outcome: Outcome, settings: Settings, repor
         status = "retrying"
     if not held:
         # Another worker took the row when the lease ran out: its state is that worker's now.
-        log.warning("notification delivery %s: the lease ran out before the outcome was recorded",
-                    item.delivery_id)
+        log.warning("notification delivery %s: the lease of attempt %d ran out before its outcome was "
+                    "recorded; the outcome is dropped", item.delivery_id, item.attempt)
         report.lease_lost += 1
         return
+    db.execute(_ATTEMPT, {"id": item.delivery_id, "attempt": item.attempt, "started": item.started_at,
+                          "outcome": "delivered" if outcome.delivered else "failed",
+                          "http_status": outcome.http_status, "error": outcome.error, "delay": delay})
     setattr(report, status, getattr(report, status) + 1)
 
 
