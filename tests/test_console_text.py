@@ -8,7 +8,10 @@ import re
 import pytest
 from markupsafe import Markup
 
-from admin_app.console.text import HIDDEN, describe, markdown, marked, reveal, snippet
+from admin_app import limits
+from admin_app.console.text import (PAGE_SHARE_SPENT, TOO_DEEP, TOO_MUCH_SYNTAX, Markers, Page, markdown, marked,
+                                    reveal, snippet, syntax_chars)
+from admin_app.untrusted_text import HIDDEN, describe
 
 # Pure Python: no database.
 pytestmark = pytest.mark.any_server
@@ -134,3 +137,115 @@ def test_marked_marks_every_match_escaped_and_revealed():
     assert marker("ZWSP", "U+200B ZERO WIDTH SPACE") in out
     assert marked("nothing to find", "zzz") == "nothing to find"
     assert marked("a.b a*b", "a*b") == "a.b <mark>a*b</mark>"  # the term is text, not a pattern
+
+
+# ---------------------------------------------------------------- bounds on hostile text
+
+FULL = limits.CONSOLE_MARKERS_PER_TEXT
+TITLED = re.compile(r'<span class="invisible-char" title="[^"<]+">⟨[^⟩<]+⟩</span>')
+
+
+def test_a_run_of_one_hidden_character_is_one_marker_with_its_count():
+    out = reveal("a" + "\x85" * 64000 + "b" + "\u202e\u202e" + "c")
+    assert out == ("a" + marker("NEL \u00d764,000", "U+0085 CONTROL CHARACTER \u00d764,000") + "b"
+                   + marker("RLO \u00d72", "U+202E RIGHT-TO-LEFT OVERRIDE \u00d72") + "c")
+    # Different hidden characters side by side stay separate, each named.
+    assert reveal("\u200b\u200b\u2066") == (marker("ZWSP \u00d72", "U+200B ZERO WIDTH SPACE \u00d72")
+                                             + marker("LRI", "U+2066 LEFT-TO-RIGHT ISOLATE"))
+
+
+def test_past_its_titled_markers_a_text_shows_each_run_by_its_short_name():
+    text = "a\x85" * 32000
+    out = reveal(text)
+    assert "\x85" not in out
+    assert len(TITLED.findall(out)) == FULL
+    assert out.count("⟨NEL⟩") == 32000 and out.count("a") >= 32000
+    assert out.endswith("a⟨NEL⟩") and out.startswith("a" + marker("NEL", "U+0085 CONTROL CHARACTER"))
+    # Each text has its own markers; the parts of one text share theirs.
+    assert len(TITLED.findall(reveal("a\x85" * (FULL + 5)))) == FULL
+    shared = Markers()
+    parts = [reveal("\u200ba" * 40, shared), reveal("\u200ba" * 40, shared)]
+    assert [len(TITLED.findall(p)) for p in parts] == [40, FULL - 40]
+
+
+@pytest.mark.parametrize("text", [
+    "\x85" * 64000,                                            # one long run
+    "a\x85" * 32000,                                           # alternating visible and hidden
+    "\x01\x02" * 32000,                                        # alternating hidden characters
+    "".join(chr(0xE0000 + ord(c)) for c in "<hi>") * 16000,    # tag characters spelling text
+    "\u202e\u200b<\u2066&\U000e0001\"\u00ad" * 8000,           # every kind mixed with escapes
+    '"' * 64000,                                               # escaping alone
+])
+def test_hostile_text_costs_a_small_multiple_of_its_size(text):
+    out = reveal(text)
+    assert not HIDDEN.search(out)
+    # A titled marker costs at most ~120 bytes; anything else at most 14 bytes a character.
+    assert len(out.encode()) <= 14 * len(text) + FULL * 120, len(out.encode())
+    assert len(TITLED.findall(out)) <= FULL
+
+
+def test_search_snippets_of_hostile_text_are_bounded_and_marked():
+    content = ("pallet\x85" * 9000)[:64000]
+    hit = snippet(content, "PALLET")
+    assert hit.startswith("<mark>pallet</mark>") and hit.endswith("…") and "\x85" not in hit
+    assert len(hit.encode()) <= 14 * 161 + FULL * 120
+    excerpt = marked(("a\u200b" * 110)[:220] + "needle", "needle")
+    assert len(TITLED.findall(excerpt)) == FULL and excerpt.endswith("<mark>needle</mark>")
+    assert "\u200b" not in excerpt and excerpt.count("⟨ZWSP⟩") == 110  # titled or short, each shown
+
+
+@pytest.mark.parametrize("source", ["[" * 64000, "*a" * 32000, "a\n" * 32000, "[x](https://e.example) " * 2800])
+def test_markdown_with_more_syntax_than_a_message_may_have_is_shown_plain(source):
+    assert syntax_chars(source) > limits.CONSOLE_MARKDOWN_SYNTAX_PER_MESSAGE
+    assert markdown(source) == reveal(source)
+    html, why = Page().message(source, as_markdown=True)
+    assert html == reveal(source) and why == TOO_MUCH_SYNTAX
+
+
+def test_markdown_at_the_syntax_limit_still_renders():
+    source = "**b** " * (limits.CONSOLE_MARKDOWN_SYNTAX_PER_MESSAGE // 4)
+    assert syntax_chars(source) == limits.CONSOLE_MARKDOWN_SYNTAX_PER_MESSAGE
+    html, why = Page().message(source, as_markdown=True)
+    assert why is None and html.count("<strong>b</strong>") == limits.CONSOLE_MARKDOWN_SYNTAX_PER_MESSAGE // 4
+
+
+@pytest.mark.parametrize("source", ["> " * 30 + "secret", "- " * 30 + "secret", ">" * 5000 + "secret",
+                                    "".join("  " * n + "- secret\n" for n in range(30))])
+def test_markdown_nested_deeper_than_the_parser_shows_is_plain_and_nothing_is_dropped(source):
+    html, why = Page().message(source, as_markdown=True)
+    assert why == TOO_DEEP and html == reveal(source) and "secret" in html
+    assert markdown(source) == reveal(source)
+    shallow, why = Page().message("> " * 5 + "secret", as_markdown=True)
+    assert why is None and shallow.count("<blockquote>") == 5 and "secret" in shallow
+
+
+def test_a_page_renders_markdown_until_its_time_for_it_is_spent_then_shows_plain_text(monkeypatch):
+    monkeypatch.setattr(limits, "CONSOLE_MARKDOWN_SECONDS_PER_PAGE", 1e-9)  # spent by any message
+    page, heavy = Page(), "*a* " * 2000
+    html, why = page.message(heavy, as_markdown=True)
+    assert why is None and html.count("<em>a</em>") == 2000
+    for later in (heavy, "plain words"):
+        html, why = page.message(later, as_markdown=True)
+        assert why == PAGE_SHARE_SPENT and html == reveal(later)
+    plain, why = page.message(heavy, as_markdown=False)
+    assert why is None and plain == reveal(heavy)
+    # Time spent on plain text does not count against Markdown.
+    fresh = Page()
+    fresh.message("x" * 64000, as_markdown=False)
+    assert fresh.message("_a_", as_markdown=True) == ("<p><em>a</em></p>\n", None)
+
+
+def test_a_page_is_spent_once_its_bytes_are():
+    page, message = Page(), "x" * 60000
+    taken = 0
+    while not page.spent:
+        page.message(message, as_markdown=False)
+        taken += 1
+    assert taken == -(-limits.CONSOLE_PAGE_TEXT_BYTES // 60000)
+
+
+def test_hidden_runs_in_markdown_are_one_marker_and_share_the_message_markers():
+    out = markdown("**x" + "\x85" * 64000 + "**\n\n" + "_y_\u200b" * 100)
+    assert "<strong>x" + marker("NEL \u00d764,000", "U+0085 CONTROL CHARACTER \u00d764,000") + "</strong>" in out
+    assert len(TITLED.findall(out)) == FULL and out.count("⟨ZWSP⟩") == 100  # one NEL, then 63 of 100 titled
+    assert "\x85" not in out and "\u200b" not in out

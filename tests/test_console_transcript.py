@@ -138,7 +138,7 @@ def test_search_inside_a_transcript_lists_marked_escaped_hits_with_a_count(trans
     assert f'href="/console/conversations/{archive_id}?at=398#seq-398"' in hits.text
     assert "Where is <mark>Quokka-7 &lt;b&gt;</mark>pallet&lt;/b&gt;?" in hits.text
     assert "<b>" not in hits.text
-    assert reads(sql, archive_id) == [("transcript_view", None, None)]
+    assert reads(sql, archive_id) == [("transcript_view", 398, 398)]  # the one hit it showed
 
     # Keyset pages of 50 with the total; the same URL opened as a link is a whole page.
     first = reader.get(f"/console/conversations/{archive_id}/search", params={"q": "answer"},

@@ -18,7 +18,6 @@ def init_app(app: Flask) -> None:
     app.jinja_env.filters["filesize"] = filesize
     app.jinja_env.filters["duration"] = duration
     app.jinja_env.filters["reveal"] = text.reveal  # hidden characters shown as markers
-    app.jinja_env.filters["markdown"] = text.markdown
     app.register_blueprint(auth.bp)
     app.register_blueprint(conversations.bp)
     app.register_blueprint(approvals.bp)

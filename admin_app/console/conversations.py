@@ -229,18 +229,38 @@ def _view() -> str | None:
     return "markdown" if request.args.get("view") == "markdown" else None
 
 
-def _event_views(rows) -> list[dict]:
-    views = []
-    for row in rows:
-        view = archives.event_view(row)
-        content = view.get("content") or ""
-        view["long"] = len(content) > LONG_CHARS or content.count("\n") >= LONG_LINES
-        views.append(view)
-    return views
+def _event_views(rows, start: int = 0) -> tuple[list[dict], int, int]:
+    """The events a page shows, each message rendered against the page's budget (text.Page):
+    taken outward from `rows[start]` (the first for a page read forwards, the last for one read
+    backwards, the target of a window) while the budget lasts. Returns the views and the first
+    and last index of `rows` they cover; the page's sentinels load the rest."""
+    page, as_markdown = text.Page(), _view() == "markdown"
+    taken: dict[int, dict] = {}
+    for index in sorted(range(len(rows)), key=lambda i: (abs(i - start), i < start)):
+        if page.spent:
+            break
+        view = archives.event_view(rows[index])
+        if "content" in view:
+            content = view["content"] or ""
+            view["html"], view["plain_because"] = page.message(content, as_markdown)
+            view["long"] = len(content) > LONG_CHARS or content.count("\n") >= LONG_LINES
+        taken[index] = view
+    shown = sorted(taken)
+    if not shown:
+        return [], 0, -1
+    return [taken[i] for i in shown], shown[0], shown[-1]
 
 
 def _sequences(rows) -> tuple[int, int] | None:
+    """What a read records it showed: the first and last sequence of `rows` (in sequence order),
+    so the hits of a search are recorded as the span from the first to the last; None for none."""
     return (rows[0].sequence, rows[-1].sequence) if rows else None
+
+
+def _whole(header) -> tuple[int, int] | None:
+    """The range an export shows: every event up to the header's last sequence, numbered from 1
+    without gaps (appends are refused otherwise); None for an archive with no events yet."""
+    return (1, header.last_sequence) if header.last_sequence else None
 
 
 @bp.get("/<archive_id>")
@@ -260,9 +280,13 @@ def detail(archive_id: str):
             rows, earlier, more = archives.event_window(db, header.id, at, before, WINDOW - before, last)
         else:
             (rows, more), earlier = archives.event_page(db, header.id, 0, WINDOW, last), False
+        target = next((i for i, row in enumerate(rows) if row.sequence >= at), 0)
+        events, first, final = _event_views(rows, target)
+        earlier, more = earlier or first > 0, more or final < len(rows) - 1
+        rows = rows[first:final + 1]
         record_read(db, "transcript_view", str(header.id), sequences=_sequences(rows))
     return render_template("console/conversation.html", conversation=header_view(header), members=members,
-                           events=_event_views(rows), at=at, earlier=earlier, more=more, view=_view(),
+                           events=events, at=at, earlier=earlier, more=more, view=_view(),
                            first_seq=rows[0].sequence if rows else 0,
                            next_after=rows[-1].sequence if rows else 0)
 
@@ -282,13 +306,15 @@ def events_page(archive_id: str):
         header = _archive(db, archive_id)
         if before is not None:
             rows, earlier = archives.events_before(db, header.id, before, WINDOW, header.last_sequence)
-            more = None
+            events, first, _ = _event_views(rows, len(rows) - 1)
+            earlier, more, rows = earlier or first > 0, None, rows[first:]
         else:
             rows, more = archives.event_page(db, header.id, after or 0, WINDOW, header.last_sequence)
-            earlier = False
+            events, _, final = _event_views(rows)
+            earlier, more, rows = False, more or final < len(rows) - 1, rows[:final + 1]
         record_read(db, "transcript_view", str(header.id), sequences=_sequences(rows))
     return render_template("console/partials/events.html", conversation=header_view(header),
-                           events=_event_views(rows), at=0, earlier=earlier, more=more, view=_view(),
+                           events=events, at=0, earlier=earlier, more=more, view=_view(),
                            backwards=before is not None, first_seq=rows[0].sequence if rows else before,
                            next_after=rows[-1].sequence if rows else (after or 0))
 
@@ -311,7 +337,7 @@ def search(archive_id: str):
         header = _archive(db, archive_id)
         rows, more, total = archives.search_in_archive(db, header.id, query, after, HITS_PAGE,
                                                        header.last_sequence, COUNT_CAP)
-        record_read(db, "transcript_view", str(header.id))
+        record_read(db, "transcript_view", str(header.id), sequences=_sequences(rows))
     hits = [{"sequence": r.sequence, "kind": r.kind, "snippet": text.snippet(r.content, query)} for r in rows]
     template = "console/partials/transcript_hits.html" if is_htmx() else "console/transcript_search.html"
     return render_template(template, conversation=header_view(header), hits=hits, total=total, q=query,
@@ -330,7 +356,7 @@ def export(archive_id: str):
             return _unavailable()
         header = _archive(db, archive_id)
         members = archives.member_views(db, header.id, available, confirmed_at=True)
-        record_read(db, "transcript_export", str(header.id))
+        record_read(db, "transcript_export", str(header.id), sequences=_whole(header))
     conversation = header_view(header)
     hub_db = database()
 

@@ -14,7 +14,8 @@ from . import tokens
 ACTIONS = frozenset({"transcript_view", "transcript_export", "snapshot_view", "snapshot_download",
                      "run_trace_view", "job_trace_view", "access_log_export", "message_search"})
 
-# The first and last sequence a read showed (a page of a transcript), or None for a whole record.
+# The first and last sequence a read showed (a page of a transcript, the span of a search's hits,
+# an export's whole range), or None for a whole record and for a transcript read that showed none.
 Sequences = tuple[int, int] | None
 
 
