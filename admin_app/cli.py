@@ -51,6 +51,8 @@ def hub_command(func):
         except Invalid as err:
             body = invalid_request(err)
             _fail(body.code, body.message, **body.extra)
+        except migrations.FeatureInstalled as err:
+            _fail("feature_installed", str(err))
         except migrations.MigrationError as err:
             _fail("migration_error", str(err))
         except (OperationalError, psycopg.OperationalError) as err:
@@ -78,20 +80,35 @@ def db():
     """Schema migrations and the embedded database."""
 
 
+FEATURE_NAMES = ", ".join(migrations.FEATURES)
+
+
+def _features(without: tuple[str, ...], with_: tuple[str, ...] = ()) -> None:
+    """The features named are checked before the database is asked: a wrong one changes nothing."""
+    problem = migrations.choice_problem(without, with_)
+    if problem:
+        _fail("invalid_request", f"--without and --with: {problem}")
+
+
 @db.command("upgrade")
 @click.option("--to", "to", metavar="NNN", help="Stop after migration NNN (e.g. 056).")
+@click.option("--without", "without", multiple=True, metavar="FEATURE",
+              help=f"Leave out a feature ({FEATURE_NAMES}), now and in every later upgrade.")
+@click.option("--with", "with_", multiple=True, metavar="FEATURE",
+              help="Install a feature left out before.")
 @hub_command
-def db_upgrade(to):
+def db_upgrade(to, without: tuple[str, ...], with_: tuple[str, ...]):
     """Apply pending sql/NNN_*.sql files, each in its own transaction."""
     target = None
     if to is not None:
         if not (to.isdigit() and len(to) <= 3):
             _fail("invalid_request", "--to takes a migration number such as 056")
         target = int(to)
+    _features(without, with_)
     hub = _hub()
-    applied = migrations.upgrade(hub.db.conninfo(), hub.settings.sql_dir, to=target)
+    applied = migrations.upgrade(hub.db.conninfo(), hub.settings.sql_dir, to=target, without=without, with_=with_)
     state = migrations.status(hub.db.conninfo(), hub.settings.sql_dir)
-    _emit({"applied": applied, "pending": [m.filename for m in state.pending]})
+    _emit({"applied": applied, "pending": [m.filename for m in state.pending], "features": state.features})
 
 
 @db.command("status")
@@ -119,12 +136,32 @@ def db_partition_events(partitions: int):
     _emit(migrations.partition_events(hub.db.conninfo(), hub.settings.sql_dir, partitions))
 
 
+@db.command("start")
+@hub_command
+def db_start():
+    """Start the embedded PostgreSQL, also after `db stop` (which running hubs respect)."""
+    from . import embedded_pg
+
+    settings = _hub().settings
+    if settings.database_url:
+        _fail("invalid_request", "BAILING_DATABASE_URL is set: there is no embedded server to start.")
+    was_running = embedded_pg.is_running(settings.data_dir)
+    try:
+        embedded_pg.ensure_running(settings.data_dir)
+    except embedded_pg.StartError as err:
+        _fail("start_failed", f"The embedded server did not start: {err}",
+              data_dir=str(settings.data_dir),
+              log=str(embedded_pg.pgdata_path(settings.data_dir) / "log"))
+    _emit({"started": not was_running, "data_dir": str(settings.data_dir)})
+
+
 @db.command("stop")
 @click.option("--all", "every", is_flag=True,
               help="Stop every embedded server this user started, whatever its data folder.")
 @hub_command
 def db_stop(every: bool):
-    """Stop the embedded PostgreSQL (it keeps running across processes until told)."""
+    """Stop the embedded PostgreSQL (it keeps running across processes until told). Running
+    hubs leave it stopped until `db start`, another command or a new hub process starts it."""
     from . import embedded_pg
 
     hub = _hub()
@@ -174,14 +211,17 @@ def db_where():
                    "and printed once).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A configuration file to apply, as `config apply FILE`.")
+@click.option("--without", "without", multiple=True, metavar="FEATURE",
+              help=f"Leave out a feature ({FEATURE_NAMES}), as `db upgrade --without`.")
 @hub_command
-def init(username: str, password_stdin: bool, config_file: Path | None):
+def init(username: str, password_stdin: bool, config_file: Path | None, without: tuple[str, ...]):
     """First run: apply pending migrations, create the first admin, apply a configuration.
     Every input is checked before anything is written; running it again is safe."""
     from .first_run import initialize
 
+    _features(without)
     password = sys.stdin.readline().rstrip("\r\n") if password_stdin else None
-    _emit(initialize(_hub(), username, password, config_file))
+    _emit(initialize(_hub(), username, password, config_file, without))
 
 
 # ------------------------------------------------------------------ config

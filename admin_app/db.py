@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Session, make_transient_to_detached, sessionmaker
 
+from . import embedded_pg
 from .config import Settings
 
 _T = TypeVar("_T")
@@ -108,20 +109,39 @@ class Database:
         # same moment, and neither may see an engine whose factory is not there yet.
         self._made: tuple[int, Engine, sessionmaker[Session]] | None = None
         self._making = threading.Lock()
-        self._url: str | None = None
+        self._embedded: embedded_pg.Keeper | None = (
+            None if settings.database_url else embedded_pg.Keeper(settings.data_dir))
         self._replica_made: tuple[int, Engine, sessionmaker[Session]] | None = None
         self._health: _Health | None = None
         self._checking = threading.Lock()
 
     def url(self) -> str:
         """The configured URL, or the embedded server's, which is started on first use."""
-        if self.settings.database_url:
+        if self._embedded is None:
+            assert self.settings.database_url
             return self.settings.database_url
-        if self._url is None:
-            from . import embedded_pg
+        return self._embedded.url()
 
-            self._url = embedded_pg.ensure_running(self.settings.data_dir)
-        return self._url
+    def revive(self) -> bool:
+        """After a failed connection: whether the embedded server runs (again, when it had
+        stopped and was started here), so that connecting is worth one more try. Never with
+        BAILING_DATABASE_URL: an external server is its operator's to start."""
+        return self._embedded is not None and self._embedded.revive()
+
+    def down_reason(self) -> str | None:
+        """Why the embedded server is down, when it stays down: "database_stopped" (by `db
+        stop`) or "database_start_failed"."""
+        return self._embedded.problem if self._embedded is not None else None
+
+    def reviving(self, call: Callable[[str], _T]) -> _T:
+        """`call(conninfo)`, for code that connects with psycopg itself: done once more when it
+        could not connect and `revive` started the embedded server again."""
+        try:
+            return call(self.conninfo())
+        except psycopg.OperationalError:
+            if not self.revive():
+                raise
+        return call(self.conninfo())
 
     def conninfo(self) -> str:
         """A plain libpq URL for code that talks to psycopg directly (the migration runner)."""
@@ -150,7 +170,20 @@ class Database:
             hide_parameters=True,
             connect_args={"connect_timeout": 5, "application_name": "bailing-hub"},
         )
+        if self._embedded is not None:
+            event.listen(engine, "do_connect", self._connect_reviving)
         return _listened(engine)
+
+    def _connect_reviving(self, dialect, _record, cargs, cparams):
+        """A new connection to the embedded server, started again first when it had stopped."""
+        try:
+            return dialect.connect(*cargs, **cparams)
+        except psycopg.OperationalError:
+            if not self.revive():
+                raise
+        # Started again, perhaps with its socket in another folder: later connections use it too.
+        cparams["host"] = make_url(self.url()).query["host"]
+        return dialect.connect(*cargs, **cparams)
 
     def _create_replica_engine(self, url: str) -> Engine:
         # A small pool kept open; bursts open overflow connections up to the primary's total, so

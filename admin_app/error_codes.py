@@ -155,7 +155,8 @@ CODES: dict[str, ErrorCode] = {
     "conversation_audit_unavailable": ErrorCode(503, "Conversation audit is not available on this hub.",
                                                 AUDIT),
     "invocation_storage_unavailable": ErrorCode(
-        503, "The invocation state could not be saved; nothing was sent.", INVOKE),
+        503, "The invocation state could not be read or saved before the call was sent; nothing was sent.",
+        INVOKE),
 }
 
 
@@ -171,12 +172,15 @@ COMMAND_CODES: dict[str, CommandCode] = {
     "database_unavailable": CommandCode("Cannot reach the database.",
                                         "hub: docs/operations.md (init refusals)"),
     "demo_failed": CommandCode("The demo could not start.", CLI),
+    "feature_installed": CommandCode("The feature is installed: a hub does not go without a feature it has.",
+                                     CLI),
     "migration_error": CommandCode("The migrations are inconsistent.",
                                    "hub: docs/operations.md (init refusals)"),
     "port_in_use": CommandCode("The port is in use.", "hub: README.md (the demo)"),
     "provider_not_found": CommandCode("No tool provider by that name.", CLI),
     "route_not_found": CommandCode("No route by that name.", CLI),
     "schema_missing": CommandCode("The schema is not there yet: run `bailing-admin db upgrade`.", CLI),
+    "start_failed": CommandCode("The embedded server did not start.", CLI),
     "stop_failed": CommandCode("The embedded server did not stop.", CLI),
 }
 

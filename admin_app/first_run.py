@@ -58,7 +58,7 @@ def _check_name_is_free(db: Session, username: str) -> None:
                        f"choose another name, or `bailing-admin admins set-role {username} admin`.")
 
 
-def _dry_run(hub, username: str, config: tuple[dict, Path] | None) -> None:
+def _dry_run(hub, username: str, config: tuple[dict, Path] | None, without: tuple[str, ...]) -> None:
     """Every check that needs the database, against the schema as the upgrade will leave it, in a
     transaction that is always rolled back."""
     with hub.db.engine.connect() as conn:
@@ -67,11 +67,11 @@ def _dry_run(hub, username: str, config: tuple[dict, Path] | None) -> None:
             # The upgrade's own lock: no upgrade runs beside this one, so what is pending once it
             # is held stays pending until the rollback.
             raw.execute("SELECT pg_advisory_xact_lock(%s)", (migrations.ADVISORY_LOCK_KEY,))
-            state = migrations.status(hub.db.conninfo(), hub.settings.sql_dir)
+            state = migrations.status(hub.db.conninfo(), hub.settings.sql_dir, without)
             if state.problems:
                 raise migrations.MigrationError("; ".join(state.problems))
             for migration in state.pending:
-                raw.execute(migration.sql())
+                raw.execute(migrations.script(migration))
             with Session(bind=conn) as db:
                 if not _admins(db):
                     _check_name_is_free(db, username)
@@ -106,9 +106,11 @@ def _next_steps(username: str, created: bool, existing: list[str], apps: list[st
     return steps
 
 
-def initialize(hub, username: str, password: str | None, config_file: Path | None) -> dict:
+def initialize(hub, username: str, password: str | None, config_file: Path | None,
+               without: tuple[str, ...] = ()) -> dict:
     """Migrate, create the first admin, apply the configuration; see the module's docstring.
-    `password` None means: generate one and return it (it is shown once, never stored readable)."""
+    `password` None means: generate one and return it (it is shown once, never stored readable).
+    `without`: features the hub goes without, as `db upgrade --without`."""
     if not USERNAME.match(username):
         raise ApiError("invalid_request", "--admin must match ^[a-z0-9][a-z0-9._-]{1,63}$")
     generated = password is None
@@ -120,8 +122,8 @@ def initialize(hub, username: str, password: str | None, config_file: Path | Non
     if config_file is not None:
         given = (load_file(config_file), Path(config_file).resolve().parent)
 
-    _dry_run(hub, username, given)
-    applied = migrations.upgrade(hub.db.conninfo(), hub.settings.sql_dir)
+    _dry_run(hub, username, given, without)
+    applied = migrations.upgrade(hub.db.conninfo(), hub.settings.sql_dir, without=without)
     with hub.db.session() as db:
         db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": INIT_LOCK_KEY})
         existing = _admins(db)

@@ -1,14 +1,34 @@
-"""Liveness and readiness for load balancers and orchestrators."""
+"""Liveness and readiness for load balancers and orchestrators, and the public health check
+connectors call first (`GET /health`, as upstream Core answers it)."""
 from __future__ import annotations
 
 import logging
+from importlib.metadata import PackageNotFoundError, version
 
 from flask import Blueprint, current_app, jsonify
 
-from . import migrations
+from . import embedded_pg, migrations
 
 bp = Blueprint("health", __name__, url_prefix="/health")
 log = logging.getLogger(__name__)
+
+PACKAGE = "bailing-hub"
+try:
+    _VERSION: str | None = version(PACKAGE)
+except PackageNotFoundError:  # run from a checkout that was never installed
+    _VERSION = None
+_APP = {"name": PACKAGE, "version": _VERSION}
+
+
+@bp.get("")
+def health():
+    """Whether the hub answers, without authentication: Core's `{"status": "ok", "paused": ...}`
+    (HEAD: the same headers, no body). Like liveness it asks no database, so a connector's first
+    call tells "the hub is there" apart from what readiness reports. Nothing pauses the hub yet."""
+    response = jsonify({"status": "ok", "paused": False, "app": _APP})
+    response.headers["Content-Type"] = "application/json; charset=utf-8"
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 @bp.get("/live")
@@ -20,10 +40,14 @@ def live():
 def ready():
     hub = current_app.extensions["bailing"]
     try:
-        state = migrations.status(hub.db.conninfo(), hub.settings.sql_dir)
+        # Asked often, readiness is also what first notices that the embedded server stopped.
+        state = hub.db.reviving(lambda conninfo: migrations.status(conninfo, hub.settings.sql_dir))
     except migrations.MigrationError as err:
         return _not_ready("migrations_invalid", problems=[str(err)])
     except Exception:  # any failure to reach the database means "not ready", never a 500
+        down = hub.db.down_reason()
+        if down is not None:  # the embedded server, which an operator starts with one command
+            return _not_ready(down, command=embedded_pg.START_COMMAND)
         log.warning("readiness: database unreachable", exc_info=True)
         return _not_ready("database_unreachable")
     if state.problems:

@@ -7,6 +7,10 @@ apply each file exactly once. Nothing here runs at start-up: only `bailing-admin
 Pending files are applied in number order even when a higher number is already applied: some
 files carry fixed numbers (057, 058) that releases after them must not be blocked by.
 
+Some files belong to a feature a hub may go without (FEATURES): `db upgrade --without NAME`
+records the choice in bz_schema_without and every later upgrade leaves those files out, until
+`db upgrade --with NAME` applies them, in number order, whatever was applied after them.
+
 sql/optional/ holds changes no install needs and `db upgrade` never applies, each run by a
 command of its own (partition_events below) and recorded in the same ledger as optional/NAME.sql,
 so `db status` and readiness check their checksums and that the schema matches the record.
@@ -16,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +37,34 @@ PARTITION_EVENTS = f"{OPTIONAL_DIR}/partition_events.sql"
 # A busy table makes the conversion give up rather than queue every reader behind its lock.
 PARTITION_LOCK_TIMEOUT = "5s"
 
+# The parts of the schema a hub may go without, each with the numbered files it needs. A file is
+# applied only while no feature it belongs to is left out. Released files are never edited (their
+# checksums are recorded), so what belongs to what is declared here, not in the files.
+FEATURES: dict[str, frozenset[int]] = {
+    # The archives (057), their search indexes (065) and list indexes (070).
+    "conversation-audit": frozenset({57, 65, 70}),
+    # Members bound to their own client app and route (058): v2 creation.
+    "cross-binding": frozenset({58}),
+}
+# What a feature builds on: leaving that out leaves the feature out, installing the feature
+# installs that too.
+NEEDS: dict[str, tuple[str, ...]] = {"cross-binding": ("conversation-audit",)}
+# 070 also indexed tables of every hub; 072 builds those indexes (IF NOT EXISTS) wherever 070 was
+# left out. 070 creates them without IF NOT EXISTS, so applied after 072 (the audit installed
+# later) it is preceded by their drop, in its transaction, and builds them again alike.
+DROPPED_BEFORE: dict[int, tuple[str, ...]] = {
+    70: ("bz_messages_run", "bz_tool_approvals_settled", "bz_tool_approvals_decided",
+         "bz_access_log_target_user_at"),
+}
+INSTALLED, NOT_INSTALLED, PENDING = "installed", "not installed", "pending"
+
+CREATE_WITHOUT = """
+CREATE TABLE IF NOT EXISTS bz_schema_without (
+    feature     text PRIMARY KEY,
+    recorded_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
 CREATE_LEDGER = """
 CREATE TABLE IF NOT EXISTS bz_schema_migrations (
     filename   text PRIMARY KEY,
@@ -43,6 +76,10 @@ CREATE TABLE IF NOT EXISTS bz_schema_migrations (
 
 class MigrationError(Exception):
     """The migration set cannot be applied as it stands; nothing was changed."""
+
+
+class FeatureInstalled(MigrationError):
+    """`--without` named a feature some of whose files are applied: nothing is ever removed."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +98,16 @@ class MigrationStatus:
     applied: list[dict] = field(default_factory=list)
     pending: list[MigrationFile] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # Files not applied because a feature they belong to is left out; never pending.
+    left_out: list[MigrationFile] = field(default_factory=list)
+    features: dict[str, str] = field(default_factory=dict)
 
     def as_json(self) -> dict:
         return {
             "applied": self.applied,
             "pending": [m.filename for m in self.pending],
+            "left_out": [m.filename for m in self.left_out],
+            "features": self.features,
             "problems": self.problems,
         }
 
@@ -111,8 +153,42 @@ def _read_applied(conn: psycopg.Connection) -> dict[str, tuple[str, datetime]]:
     return {name: (digest, applied_at) for name, digest, applied_at in rows}
 
 
+def _read_without(conn: psycopg.Connection) -> set[str]:
+    exists = conn.execute("SELECT to_regclass('bz_schema_without') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return set()
+    return {row[0] for row in conn.execute("SELECT feature FROM bz_schema_without").fetchall()}
+
+
+def _left_out(without: set[str]) -> set[str]:
+    """The features named, and those that build on one of them."""
+    return without | {name for name, needs in NEEDS.items() if without & set(needs)}
+
+
+def _held_back(migration: MigrationFile, without: set[str]) -> bool:
+    return any(migration.number in FEATURES.get(name, ()) for name in _left_out(without))
+
+
+def _feature_states(files: list[MigrationFile], applied: dict, without: set[str]) -> dict[str, str]:
+    states: dict[str, str] = {}
+    for name, numbers in FEATURES.items():
+        if all(m.filename in applied for m in files if m.number in numbers):
+            states[name] = INSTALLED
+        elif name in _left_out(without):
+            states[name] = NOT_INSTALLED
+        else:
+            states[name] = PENDING
+    return states
+
+
+def script(migration: MigrationFile) -> str:
+    """The SQL run for a file: its own, after the drops DROPPED_BEFORE names for it."""
+    drops = "".join(f"DROP INDEX IF EXISTS {name};\n" for name in DROPPED_BEFORE.get(migration.number, ()))
+    return drops + migration.sql()
+
+
 def _compare(files: list[MigrationFile], applied: dict,
-             optional: list[MigrationFile] | None = None) -> MigrationStatus:
+             optional: list[MigrationFile] | None = None, without: set[str] | None = None) -> MigrationStatus:
     status = MigrationStatus()
     by_name = {m.filename: m for m in files + (optional or [])}
     for name, (digest, applied_at) in sorted(applied.items()):
@@ -126,28 +202,73 @@ def _compare(files: list[MigrationFile], applied: dict,
                 f"{name} was changed after it was applied "
                 f"(recorded sha256 {digest}, file now {by_name[name].sha256})"
             )
-    status.pending = [m for m in files if m.filename not in applied]
+    missing = [m for m in files if m.filename not in applied]
+    status.pending = [m for m in missing if not _held_back(m, without or set())]
+    status.left_out = [m for m in missing if _held_back(m, without or set())]
+    status.features = _feature_states(files, applied, without or set())
     return status
 
 
-def _current(conn: psycopg.Connection, sql_dir: Path) -> MigrationStatus:
-    """The ledger against the files, and against the schema where an optional file changed it."""
+def _current(conn: psycopg.Connection, sql_dir: Path, without: Iterable[str] = ()) -> MigrationStatus:
+    """The ledger against the files, and against the schema where an optional file changed it;
+    `without`: features left out beside those recorded (what an upgrade given them would do)."""
     applied = _read_applied(conn)
-    state = _compare(discover(sql_dir), applied, discover_optional(sql_dir))
+    state = _compare(discover(sql_dir), applied, discover_optional(sql_dir), _read_without(conn) | set(without))
     state.problems += _layout_problems(conn, applied)
     return state
 
 
-def status(conninfo: str, sql_dir: Path) -> MigrationStatus:
+def status(conninfo: str, sql_dir: Path, without: Iterable[str] = ()) -> MigrationStatus:
     discover(sql_dir)  # a broken folder is refused before the database is asked
     with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-        return _current(conn, sql_dir)
+        return _current(conn, sql_dir, without)
 
 
-def upgrade(conninfo: str, sql_dir: Path, to: int | None = None) -> list[str]:
+def _chosen(without: Iterable[str], with_: Iterable[str]) -> tuple[set[str], set[str]]:
+    """The features to leave out and to install (with what they need)."""
+    wanted = set(with_)
+    return set(without), wanted | {need for name in wanted for need in NEEDS.get(name, ())}
+
+
+def choice_problem(without: Iterable[str], with_: Iterable[str]) -> str | None:
+    """What is wrong with a choice of features, checked before the database is asked."""
+    left, wanted = _chosen(without, with_)
+    unknown = sorted((left | wanted) - FEATURES.keys())
+    if unknown:
+        return f"unknown feature {', '.join(unknown)}: the features are {', '.join(FEATURES)}"
+    if left & wanted:
+        return f"{', '.join(sorted(left & wanted))} cannot be both left out and installed"
+    return None
+
+
+def _record_choice(conn: psycopg.Connection, sql_dir: Path, without: set[str], with_: set[str]) -> None:
+    """Record the features left out and forget those to install; refused, changing nothing, when a
+    feature to leave out has any file applied."""
+    applied = _read_applied(conn)
+    for name in sorted(without):
+        have = [m.filename for m in discover(sql_dir) if m.number in FEATURES[name] and m.filename in applied]
+        if have:
+            raise FeatureInstalled(f"{name} is installed ({', '.join(have)} applied): "
+                                   "a hub does not go without a feature it has")
+    with conn.transaction():
+        if without:
+            conn.execute(CREATE_WITHOUT)
+            for name in sorted(without):
+                conn.execute("INSERT INTO bz_schema_without (feature) VALUES (%s) ON CONFLICT DO NOTHING", (name,))
+        if with_ and _read_without(conn):
+            conn.execute("DELETE FROM bz_schema_without WHERE feature = ANY(%s)", (sorted(with_),))
+
+
+def upgrade(conninfo: str, sql_dir: Path, to: int | None = None, without: Iterable[str] = (),
+            with_: Iterable[str] = ()) -> list[str]:
     """Apply pending files numbered up to and including `to` (e.g. 056: everything before the
-    conversation audit); return the names applied."""
+    conversation audit); return the names applied. `without` records features to leave out
+    (refused for one already installed), `with_` features to install after all."""
     discover(sql_dir)  # a broken folder is refused before the database is asked
+    problem = choice_problem(without, with_)
+    if problem:
+        raise MigrationError(problem)
+    left, wanted = _chosen(without, with_)
     applied_now: list[str] = []
     with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (ADVISORY_LOCK_KEY,))
@@ -156,11 +277,14 @@ def upgrade(conninfo: str, sql_dir: Path, to: int | None = None) -> list[str]:
             current = _current(conn, sql_dir)
             if current.problems:
                 raise MigrationError("; ".join(current.problems))
+            if left or wanted:
+                _record_choice(conn, sql_dir, left, wanted)
+                current = _current(conn, sql_dir)
             for migration in current.pending:
                 if to is not None and migration.number > to:
                     break
                 with conn.transaction():
-                    conn.execute(migration.sql())
+                    conn.execute(script(migration))
                     conn.execute(
                         "INSERT INTO bz_schema_migrations (filename, sha256) VALUES (%s, %s)",
                         (migration.filename, migration.sha256),
@@ -221,6 +345,9 @@ def _check_partitionable(conn: psycopg.Connection, sql_dir: Path, partitions: in
     if current.pending:
         raise MigrationError("Apply the pending migrations first (db upgrade): "
                              + ", ".join(m.filename for m in current.pending))
+    if current.features["conversation-audit"] != INSTALLED:
+        raise MigrationError("The conversation audit is not installed on this hub "
+                             "(bailing-admin db upgrade --with conversation-audit installs it).")
     existing = event_partitions(conn)
     if existing is not None and existing != partitions:
         raise MigrationError(f"bz_agent_conversation_events is already partitioned into {existing}; "

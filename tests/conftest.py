@@ -353,6 +353,14 @@ def _maybe_json(text: str):
         return text
 
 
+@pytest.fixture
+def server_root():
+    """A folder for real servers outside pytest's own temporary tree: as root, PostgreSQL runs as
+    another user who must reach it, and each pytest run closes that tree to others again."""
+    with tempfile.TemporaryDirectory(prefix="bailing-test-") as folder:
+        yield Path(folder).resolve()
+
+
 def run_cli_process(args: list[str], db_url: str | None, *, data_dir: Path | None = None,
                     input: str | None = None, sql_dir: Path | None = None) -> subprocess.CompletedProcess:
     """bailing-admin as a real separate process, as an operator runs it."""

@@ -27,7 +27,7 @@ class GunicornHub:
     added to gunicorn's command line; `secret_key` None leaves BAILING_SECRET_KEY unset (the key
     is then the data folder's own). `log()` is what gunicorn wrote on stderr, also after exit."""
 
-    def __init__(self, db_url: str, *, workers: int = 3, data_dir: Path | None = None,
+    def __init__(self, db_url: str | None, *, workers: int = 3, data_dir: Path | None = None,
                  env: dict[str, str] | None = None, timeout: int = 60, threads: int | None = None,
                  args: tuple[str, ...] = (), secret_key: str | None = "gunicorn-hub-test-secret"):
         self.db_url = db_url
@@ -47,7 +47,8 @@ class GunicornHub:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("BAILING_") and k != "PROMETHEUS_MULTIPROC_DIR"}
         env.update(self.extra_env)
-        env["BAILING_DATABASE_URL"] = self.db_url
+        if self.db_url is not None:  # None: the embedded server of `data_dir`
+            env["BAILING_DATABASE_URL"] = self.db_url
         if self.secret_key is not None:
             env["BAILING_SECRET_KEY"] = self.secret_key
         if self.data_dir:

@@ -10,7 +10,6 @@ import os
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -185,14 +184,6 @@ def test_a_configured_secret_key_writes_no_file(tmp_path):
 
 # ------------------------------------------------------------------ db stop --all
 
-@pytest.fixture
-def server_root():
-    """A folder for real servers outside pytest's own temporary tree: as root, PostgreSQL runs as
-    another user who must reach it, and each pytest run closes that tree to others again."""
-    with tempfile.TemporaryDirectory(prefix="bailing-test-") as folder:
-        yield Path(folder).resolve()
-
-
 def test_db_stop_all_stops_the_servers_of_every_data_folder(places, server_root, tmp_path):
     home, first, _ = places
     folders = [server_root / "one", server_root / "two"]
@@ -261,10 +252,11 @@ def test_db_stop_all_names_a_server_that_does_not_stop(places, tmp_path):
         assert error["stopped"] == []
         assert [f["data_dir"] for f in error["failed"]] == [str(folder)]
         assert error["failed"][0]["message"]  # pg_ctl's own reason
-        # Nothing was touched: the process still runs and the folder is as it was.
+        # Nothing was touched: the process still runs and the folder is as it was (beside the
+        # lock that starts and stops take), not marked as stopped.
         assert bystander.poll() is None
         assert pid_file.read_bytes() == before
-        assert _files_under(folder) == ["pgdata", "pgdata/postmaster.pid"]
+        assert _files_under(folder) == ["pgdata", "pgdata.lock", "pgdata/postmaster.pid"]
     finally:
         bystander.kill()
         bystander.wait()

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from flask import Blueprint, redirect, render_template, request, session, url_for
 from flask_login import current_user, login_user, logout_user
 
+from ..conversation_audit.availability import probe
 from ..identity import console_sessions, tokens
 from ..identity import sign_in_throttle as throttle
 from ..identity.admins import BUSY_RETRY_AFTER_SECONDS, HashingBusy, hashing_slot, verify_password
@@ -87,7 +88,10 @@ def home():
     if not current_user.is_authenticated:
         return redirect(url_for("console_auth.login"))
     if current_user.can("runs:read"):
-        return redirect(url_for("console_conversations.index"))
+        # A hub that went without the conversation audit opens on its runs.
+        with database().session() as db:
+            archives = probe(db).archives
+        return redirect(url_for("console_conversations.index" if archives else "console_runs.index"))
     if current_user.can("approvals:read"):
         return redirect(url_for("console_approvals.queue"))
     if current_user.can("admins:manage"):

@@ -1,6 +1,6 @@
 """What the database offers, read from the database itself: 057 gives archives (v1), 058 adds
-cross-system member bindings (v2). The runtime never assumes; `db upgrade --to 056/057` shows
-each mode."""
+cross-system member bindings (v2). The runtime never assumes: a hub set up `db upgrade --without
+conversation-audit` (or `--without cross-binding`) runs in the matching mode until `--with`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
