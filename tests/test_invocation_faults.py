@@ -85,6 +85,13 @@ class Held:
             assert time.monotonic() < deadline, "the call never reached the business system"
             time.sleep(0.02)
 
+    @classmethod
+    def invoke(cls, world: World, member, name: str, run: str | None = None) -> Held:
+        """A write invoked under `name` (in `run`, when given), held by the business system."""
+        body = member.invoke_body(WRITE, SMALL, name, run, member.revision())
+        return cls(world, lambda: requests.post(world.server.url + INVOCATIONS, headers=member.headers,
+                                                json=body, timeout=30))
+
     def _run(self, send) -> None:
         self.response = send()
 
@@ -135,10 +142,7 @@ def job_of(world: World, name: str) -> str:
 
 def test_invoke_whose_recording_connection_is_cut_answers_unknown_and_sends_once(world, database):
     member = world.member()
-    revision = member.revision()
-    held = Held(world, lambda: requests.post(
-        world.server.url + INVOCATIONS, headers=member.headers, timeout=30,
-        json=member.invoke_body(WRITE, SMALL, "cut", None, revision)))
+    held = Held.invoke(world, member, "cut")
     assert world.sql("SELECT state FROM bz_tool_journal") == [("dispatching",)]
     database.terminate(database.dispatcher())
     result = held.answer()
@@ -178,16 +182,13 @@ def test_a_failing_record_of_the_outcome_answers_unknown(world, database):
 
 def test_invoke_with_the_database_gone_during_the_call_answers_unknown(world, database):
     member = world.member()
-    revision = member.revision()
-    held = Held(world, lambda: requests.post(
-        world.server.url + INVOCATIONS, headers=member.headers, timeout=30,
-        json=member.invoke_body(WRITE, SMALL, "gone", None, revision)))
+    other = member.invoke_body(WRITE, SMALL, "while-down", None, member.revision())
+    held = Held.invoke(world, member, "gone")
     with database.down():
         result = held.answer()
         unknown_without_database(result)
         # Meanwhile the agent's other calls cannot be judged: 503 before anything is sent,
         # authentication included, and never the internal error.
-        other = member.invoke_body(WRITE, SMALL, "while-down", None, revision)
         assert_error(requests.post(world.server.url + INVOCATIONS, headers=member.headers, json=other,
                                    timeout=30), 503, "invocation_storage_unavailable")
         for response in (member.resume_raw("gone"), member.receipt_raw("gone")):
@@ -214,10 +215,7 @@ def test_a_task_managed_call_cut_mid_dispatch_keeps_its_permit_and_reservation(w
     member = world.member()
     task = world.create([member], max_write_calls=3, max_concurrent=2)
     run = member.turn(binding(task))["run_id"]
-    revision = member.revision()
-    held = Held(world, lambda: requests.post(
-        world.server.url + INVOCATIONS, headers=member.headers, timeout=30,
-        json=member.invoke_body(WRITE, SMALL, "task-cut", run, revision)))
+    held = Held.invoke(world, member, "task-cut", run)
     assert counters(world, task["task_id"]) == (1, 0, 1)
     with database.down():
         unknown_task = held.answer()
