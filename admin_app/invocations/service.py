@@ -201,8 +201,14 @@ class Dispatcher:
         return self
 
     def __exit__(self, *exc) -> None:
-        conn = self.conn
-        assert conn is not None  # checked out by __enter__
+        self.release()
+
+    def release(self) -> None:
+        """Give the connection back, its lock released (and with it the claim that the dispatch is
+        alive); a broken connection is dropped, never pooled."""
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
         try:
             if self.key is not None:  # never pooled with the lock: the next user would hold it
                 conn.execute(text(f"SELECT pg_advisory_unlock({self.LOCK})"), {"key": self.key})
@@ -283,6 +289,7 @@ def _dispatch_planned(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict | No
             return _record(db, inv_id, outcome)
     except Exception:  # answered as unknown, below; logged here
         log.exception("the outcome of dispatched invocation %s could not be recorded", inv_id)
+        dispatcher.release()  # one pooled connection at a time, even now
         return _outcome_unknown(dispatcher.database, inv_id, plan, result)
 
 
@@ -291,9 +298,11 @@ def _outcome_unknown(database: Database, inv_id: uuid.UUID, plan: dict, result: 
     journal still `dispatching` is marked unknown (permit and reservation kept), one that was
     recorded after all is answered as recorded. With no database at all, the unknown outcome is
     answered from what was known before the call; the row left `dispatching` reads as unknown to
-    every later receipt and resume, since its dispatcher's lock went with its connection."""
+    every later receipt and resume, since its dispatcher's lock was released (`Dispatcher.gone`)."""
     try:
         with database.session() as db:
+            # A database that answers but cannot give the rows: waited for a moment, not for ever.
+            db.execute(text("SET LOCAL lock_timeout = '5s'"))
             inv = db.get_one(Invocation, inv_id, with_for_update=True)
             journal = db.get_one(JournalEntry, inv_id, with_for_update=True)
             if journal.state == "dispatching":
