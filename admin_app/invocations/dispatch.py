@@ -1,19 +1,25 @@
 """One signed HTTP call to a business system, and what came back.
 
-Any failure once the request may have left (connection reset, timeout, a body that cannot be read
-whole) is `uncertain`: the hub cannot know whether the business system acted, so it never says
-it did not."""
+Any failure once the request may have left (connection reset, the tool's timeout, a body that
+cannot be read whole) is `uncertain`: the hub cannot know whether the business system acted, so
+it never says it did not. The tool's timeout bounds the whole call, not each read."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from .. import limits
+from ..deadline import Deadline
 from . import signing
 
 
@@ -82,18 +88,66 @@ def send(call: PreparedCall, *, secret: str, job_id: str, scope: str, on_behalf_
         headers["Content-Type"] = "application/json"
     headers["Accept"] = "application/json"
     timeout = timeout_ms / 1000
-    try:
-        with requests.request(call.method, call.url, data=call.body or None, headers=headers,
-                              timeout=(min(timeout, 10), timeout), stream=True,
-                              allow_redirects=False) as response:
-            raw = bytearray()
-            for piece in response.iter_content(64 * 1024):
-                raw.extend(piece)
-                if len(raw) > limits.BUSINESS_RESPONSE_MAX_BYTES:
-                    return Outcome(response.status_code, failure="response body larger than the hub reads")
-            return Outcome(response.status_code, _decode(bytes(raw), response.headers.get("Content-Type", "")))
-    except requests.RequestException as err:
-        return Outcome(None, failure=type(err).__name__)
+    with Deadline(timeout) as deadline, requests.Session() as session:
+        session.mount("http://", _WatchedAdapter())
+        session.mount("https://", _WatchedAdapter())
+        _watching.deadline = deadline
+        try:
+            with session.request(call.method, call.url, data=call.body or None, headers=headers,
+                                 timeout=(min(timeout, 10), timeout), stream=True,
+                                 allow_redirects=False) as response:
+                raw = bytearray()
+                for piece in response.iter_content(64 * 1024):
+                    raw.extend(piece)
+                    if len(raw) > limits.BUSINESS_RESPONSE_MAX_BYTES:
+                        return Outcome(response.status_code, failure="response body larger than the hub reads")
+                if deadline.expired:  # a body cut off by the deadline may look whole
+                    return Outcome(response.status_code, failure=TIMED_OUT)
+                return Outcome(response.status_code, _decode(bytes(raw), response.headers.get("Content-Type", "")))
+        except requests.RequestException as err:
+            return Outcome(None, failure=TIMED_OUT if deadline.expired else type(err).__name__)
+        finally:
+            _watching.deadline = None
+
+
+# The tool's timeout is one deadline for the whole call, however slowly the business system
+# answers: requests' own timeouts bound each read alone, so every socket a call opens is also
+# watched by the call's Deadline, which shuts it down when the time is up.
+TIMED_OUT = "no complete answer within the tool's timeout"
+_watching = threading.local()
+
+
+class _Watched:
+    """A connection whose socket the current call's deadline watches."""
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()  # type: ignore[misc]
+        deadline = getattr(_watching, "deadline", None)
+        if deadline is not None:
+            deadline.watch(sock)
+        return sock
+
+
+class _WatchedHTTP(_Watched, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPS(_Watched, HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTP
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPS
+
+
+class _WatchedAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
 
 
 def _decode(raw: bytes, content_type: str) -> Any:

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 from requests.utils import requote_uri
 
 from ..config import Settings
+from ..deadline import Deadline
 from . import message
-from .deadline import Deadline
 from .message import Notice
 from .redact import origin, scrub
 

@@ -1,4 +1,5 @@
-"""One deadline for a whole attempt: name lookup, connect, TLS, the request and the answer.
+"""One deadline for a whole exchange with another server (a notification's attempt, a business
+call): name lookup, connect, TLS, the request and the answer.
 
 A socket timeout bounds each read or write alone, so a peer that sends one byte at a time can
 hold an attempt for as long as it likes. Here every socket of the attempt is opened with the
@@ -64,7 +65,7 @@ class Deadline:
         for family, kind, proto, _, address in addresses:
             sock = socket.socket(family, kind, proto)
             try:
-                self._watch(sock)
+                self.watch(sock)
                 sock.settimeout(self.left())
                 sock.connect(address)
                 return sock
@@ -73,7 +74,8 @@ class Deadline:
                 error = err
         raise error
 
-    def _watch(self, sock: socket.socket) -> None:
+    def watch(self, sock: socket.socket) -> None:
+        """Shut `sock` down when the deadline passes (at once, if it has)."""
         with self._lock:
             duplicate = sock.dup()
             self._watched.append(duplicate)
