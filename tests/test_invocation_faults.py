@@ -198,6 +198,10 @@ def test_invoke_with_the_database_gone_during_the_call_answers_unknown(world, da
     receipt = assert_ok(member.receipt_raw("gone"))
     assert (receipt["result"]["state"], receipt["dispatch_state"], receipt["result_source"]) == (
         "reconciliation_required", "unknown", "journal")
+    job = assert_ok(world.server.get(f"/admin/api/tool-jobs/{job_of(world, 'gone')}",
+                                     headers=world.admin_headers))["job"]
+    assert (job["status"], job["reason"], job["journal"]["state"]) == (
+        "reconciliation_required", "no_outcome_recorded", "dispatching")
     settled_as_unknown(world, "gone", member, job_of(world, "gone"))
     assert world.sql("SELECT count(*) FROM bz_tool_invocations WHERE invocation_id = %s",
                      (iid("while-down"),)) == [(0,)]

@@ -193,8 +193,10 @@ class Dispatcher:
 
     @classmethod
     def gone(cls, db: Session, job_id: uuid.UUID) -> bool:
-        """True when no live process holds the lock (taken for the rest of `db`'s transaction)."""
-        return bool(db.scalar(text(f"SELECT pg_try_advisory_xact_lock({cls.LOCK})"), {"key": str(job_id)}))
+        """True when no live process holds the lock (taken for the rest of `db`'s transaction).
+        A standby cannot see the primary's locks: read there, a dispatch is never known gone."""
+        return bool(db.scalar(text(f"SELECT CASE WHEN pg_is_in_recovery() THEN false "
+                                   f"ELSE pg_try_advisory_xact_lock({cls.LOCK}) END"), {"key": str(job_id)}))
 
     def __enter__(self) -> Dispatcher:
         self.conn = self.database.engine.connect()

@@ -16,6 +16,7 @@ from ..conversation_audit.availability import Availability
 from ..errors import ApiError
 from ..invocations.approvals import expired
 from ..invocations.models import Approval, Invocation, JournalEntry
+from ..invocations.service import Dispatcher
 from ..runtime.models import Message, Run
 from ..validation import UUID_V1_5
 from .archives import run_audit_link
@@ -150,6 +151,10 @@ def archive_turn(db: Session, run_id: uuid.UUID, available: Availability) -> dic
 def job_view(db: Session, inv: Invocation) -> dict[str, Any]:
     approval = db.scalar(select(Approval).where(Approval.job_id == inv.id))
     journal = db.get(JournalEntry, inv.id)
+    status, reason = inv.status, inv.reason
+    if journal is not None and journal.state == "dispatching" and Dispatcher.gone(db, inv.id):
+        # Sent, and nobody left to record its answer: unknown, as the receipt and a resume say.
+        status, reason = "reconciliation_required", "no_outcome_recorded"
     return {
         "job_id": str(inv.id),
         "invocation_id": inv.invocation_id,
@@ -158,8 +163,8 @@ def job_view(db: Session, inv: Invocation) -> dict[str, Any]:
         "run_id": str(inv.run_id) if inv.run_id else None,
         "tool": inv.tool,
         "scope": inv.scope,
-        "status": inv.status,
-        "reason": inv.reason,
+        "status": status,
+        "reason": reason,
         "argument_keys": list(inv.argument_keys),
         "args_hash": inv.args_hash,
         "business_status": inv.business_status,
