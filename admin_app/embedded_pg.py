@@ -270,14 +270,15 @@ class Keeper:
         """After a failed connection: True when the server runs (again) and connecting is worth
         one more try; False when it is down and stays down for now."""
         with self._lock:
-            if is_running(self.data_dir):
-                self.problem = None
-                return True
+            was_running = is_running(self.data_dir)
             try:
+                # Read again even when it runs: started by another process (`db start`), its
+                # socket may be in another folder than the one this process knew.
                 self._url = self._start()
             except Unavailable:
                 return False
-            log.warning("the embedded PostgreSQL had stopped: started it again")
+            if not was_running:
+                log.warning("the embedded PostgreSQL had stopped: started it again")
             return True
 
     def _start(self) -> str:

@@ -152,11 +152,13 @@ def test_installed_hub_migrates_and_serves_the_console(site, tmp_path, empty_db)
 
     status = run_installed(site, cwd, "-m", "admin_app.cli", "db", "status", db_url=empty_db, data_dir=data)
     assert status.returncode == 0, status.stderr
-    assert json.loads(status.stdout) == {"applied": [], "pending": migrations, "problems": []}
+    assert json.loads(status.stdout) == {"applied": [], "pending": migrations, "problems": [], "left_out": [],
+                                         "features": {"conversation-audit": "pending", "cross-binding": "pending"}}
 
     upgrade = run_installed(site, cwd, "-m", "admin_app.cli", "db", "upgrade", db_url=empty_db, data_dir=data)
     assert upgrade.returncode == 0, upgrade.stderr
-    assert json.loads(upgrade.stdout) == {"applied": migrations, "pending": []}
+    assert json.loads(upgrade.stdout) == {"applied": migrations, "pending": [], "features": {
+        "conversation-audit": "installed", "cross-binding": "installed"}}
 
     serve = ("from werkzeug.serving import make_server\n"
              "from admin_app import create_app\n"
