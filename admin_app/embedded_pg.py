@@ -131,7 +131,9 @@ def ensure_running(data_dir: Path, *, running_since: float | None = None) -> str
         except (subprocess.SubprocessError, OSError) as err:  # initdb or pg_ctl failed
             raise StartError(_last_log_line(pgdata) or str(err)) from err
     _record(pgdata.parent)
-    info = server.get_postmaster_info()
+    # From the pid file: the library's handle keeps what it saw when this process started the
+    # server, which is stale once another process (`db start`) started it again.
+    info = ep.postgres_server.PostmasterInfo.read_from_pgdata(pgdata) or server.get_postmaster_info()
     socket_dir = info.socket_dir
     admin_url = f"postgresql://postgres@/postgres?host={socket_dir}"
     with psycopg.connect(admin_url, autocommit=True) as conn:

@@ -220,7 +220,8 @@ def test_a_server_that_cannot_start_is_tried_again_only_after_a_pause(embedded_h
         conf.write_text(original)
     started = run_cli_process(["db", "start"], None, data_dir=data_dir)
     assert started.returncode == 0, started.stderr
-    assert requests.get(hub.url + "/health/ready", timeout=60).status_code == 200
+    ready = requests.get(hub.url + "/health/ready", timeout=60)
+    assert ready.status_code == 200, (ready.text, hub.log()[-3000:])
 
 
 def test_an_external_server_is_never_started(tmp_path):
