@@ -764,6 +764,8 @@ def demo_call(business, method: str = "POST", path: str = NOTE_PATH, body: bytes
     `override`/`drop` change the headers actually sent, so each can be tampered with alone."""
     signed = {"method": method, "path_with_query": path, "body": body, "on_behalf_of": on_behalf_of,
               "job_id": job_id, **(sign or {})}
+    # The operation's path as the spec declares it: without the system's base path (/crm).
+    signed["path_with_query"] = signed["path_with_query"].removeprefix("/crm")
     headers = signing.headers(secret, timestamp=str(int(time.time()) + skew), scope="crm.test",
                               idempotency_key=key or uuid.uuid4().hex, **signed)
     headers["X-Bailing-On-Behalf-Of"] = on_behalf_of

@@ -87,9 +87,11 @@ def create_business_app(secrets_by_system: dict[str, str], control_token: str | 
         if system not in maps or system not in secrets_by_system:
             return refuse(404, "not_found", "No such system.")
         body = request.get_data(cache=True)
-        # The target exactly as sent (still percent-encoded): that is what the hub signed.
-        path_with_query = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or (
+        # The target exactly as sent (still percent-encoded), without this system's own prefix
+        # (its base URL's path): the operation's path as the spec declares it is what is signed.
+        target = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or (
             request.path + (f"?{request.query_string.decode()}" if request.query_string else ""))
+        path_with_query = target.removeprefix(f"/{system}")
         if not signing.verify(secrets_by_system[system], dict(request.headers), method=request.method,
                               path_with_query=path_with_query, body=body, now=time.time()):
             return refuse(401, "invalid_signature", "Missing, forged or stale hub signature.")

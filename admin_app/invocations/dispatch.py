@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -73,17 +73,17 @@ def prepare(tool, base_url: str, arguments: dict) -> PreparedCall:
     body = b""
     if body_mode == "fields" or (body_mode == "whole" and "body" in arguments):
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    base = base_url.rstrip("/")
     suffix = path + ("?" + urlencode(query) if query else "")
-    return PreparedCall(tool.method, base + suffix, urlsplit(base).path + suffix, body)
+    # Signed as the spec declares the operation: the base URL's own path is not part of it.
+    return PreparedCall(tool.method, base_url.rstrip("/") + suffix, suffix, body)
 
 
 def send(call: PreparedCall, *, secret: str, job_id: str, scope: str, on_behalf_of: str,
-         idempotency_key: str, timeout_ms: int) -> Outcome:
+         idempotency_key: str, timeout_ms: int, client: str = "") -> Outcome:
     headers = signing.headers(secret, timestamp=str(int(time.time())), method=call.method,
                               path_with_query=call.path_with_query, body=call.body,
                               on_behalf_of=on_behalf_of, job_id=job_id, scope=scope,
-                              idempotency_key=idempotency_key)
+                              idempotency_key=idempotency_key, client=client)
     if call.body:
         headers["Content-Type"] = "application/json"
     headers["Accept"] = "application/json"

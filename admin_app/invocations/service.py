@@ -243,9 +243,10 @@ def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvi
     # Before this transaction commits: nobody may see the row without its lock holder.
     dispatcher.hold(db, inv.id)
     inv.status, inv.updated_at = "in_progress", utc_now()
+    caller = db.get(AgentSession, inv.session_id)  # already loaded by the bearer check
     return {"call": call, "secret": secret, "key": key, "scope": visible.tool.scope,
             "timeout_ms": visible.tool.timeout_ms, "job_id": str(inv.id),
-            "on_behalf_of": inv.on_behalf_of or ""}
+            "on_behalf_of": inv.on_behalf_of or "", "client": caller.client_app_id if caller else ""}
 
 
 def sha256_bytes(body: bytes) -> str:
@@ -286,7 +287,8 @@ def _dispatch_planned(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict | No
     try:
         outcome = dispatch.send(plan["call"], secret=plan["secret"], job_id=plan["job_id"],
                                 scope=plan["scope"], on_behalf_of=plan["on_behalf_of"],
-                                idempotency_key=plan["key"], timeout_ms=plan["timeout_ms"])
+                                idempotency_key=plan["key"], timeout_ms=plan["timeout_ms"],
+                                client=plan["client"])
         with dispatcher.session() as db:
             return _record(db, inv_id, outcome)
     except Exception:  # answered as unknown, below; logged here

@@ -1,19 +1,23 @@
-"""Signed business calls. The signature covers timestamp, method, path with query, the body's
-SHA-256, the on-behalf-of subject and the job id, so none of them can be changed in transit.
-A valid signature proves the hub sent the call; it is never business authorization."""
+"""Signed business calls, exactly as BailingHub Core signs them, so that a business system
+verifying with Core's connect SDKs (Python, Node, PHP, Java, Go, .NET) accepts the hub. The
+signature covers timestamp (seconds), method, the operation's path with query (as the spec
+declares it: never the base URL's own path), the body's SHA-256, the on-behalf-of subject and
+the job id, joined by dots, so none of them can be changed in transit. A valid signature proves
+the hub sent the call; it is never business authorization."""
 from __future__ import annotations
 
 import hashlib
 import hmac
+
 from .. import limits
-
-
 
 
 def canonical_request(timestamp: str, method: str, path_with_query: str, body: bytes,
                       on_behalf_of: str, job_id: str) -> bytes:
-    return "\n".join([timestamp, method.upper(), path_with_query, hashlib.sha256(body).hexdigest(),
-                      on_behalf_of, job_id]).encode("utf-8")
+    """`ts.METHOD.pathWithQuery.sha256hex(body).onBehalfOf.jobId`: an empty subject or job is an
+    empty field, its dot still there."""
+    return ".".join([timestamp, method.upper(), path_with_query, hashlib.sha256(body).hexdigest(),
+                     on_behalf_of, job_id]).encode("utf-8")
 
 
 def signature(secret: str, message: bytes) -> str:
@@ -21,16 +25,22 @@ def signature(secret: str, message: bytes) -> str:
 
 
 def headers(secret: str, *, timestamp: str, method: str, path_with_query: str, body: bytes,
-            on_behalf_of: str, job_id: str, scope: str, idempotency_key: str) -> dict[str, str]:
+            on_behalf_of: str, job_id: str, scope: str, idempotency_key: str,
+            client: str = "") -> dict[str, str]:
+    """Core's header set: the subject only when there is one (signed as empty otherwise), the
+    calling client app always (empty when there is none)."""
     message = canonical_request(timestamp, method, path_with_query, body, on_behalf_of, job_id)
-    return {
+    sent = {
         "X-Bailing-Signature": signature(secret, message),
         "X-Bailing-Timestamp": timestamp,
         "X-Bailing-Tool-Scope": scope,
         "X-Bailing-Job-Id": job_id,
-        "X-Bailing-On-Behalf-Of": on_behalf_of,
+        "X-Bailing-Client": client,
         "X-Bailing-Idempotency-Key": idempotency_key,
     }
+    if on_behalf_of:
+        sent["X-Bailing-On-Behalf-Of"] = on_behalf_of
+    return sent
 
 
 def verify(secret: str, received: dict[str, str], *, method: str, path_with_query: str, body: bytes,
