@@ -13,13 +13,15 @@ import hashlib
 import hmac
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 from flask import Flask, request
 
-from admin_app.invocations import signing
-from tests.conftest import LiveServer, governed_config
-from tests.helpers import apply_config, assert_ok, bearer
+from admin_app.catalog.compiler import compile_provider
+from admin_app.invocations import dispatch, signing
+from tests.conftest import EXAMPLES, LiveServer, governed_config
+from tests.helpers import admin_token, apply_config, assert_ok, bearer
 
 SECRET = "bailing-test-secret"
 
@@ -94,20 +96,44 @@ def test_governed_calls_pass_the_connect_sdks_check(server, cli, capture, tmp_pa
     token = session["access_token"]
     note = {"customer_id": "C-100234", "body": "Signed as Core signs ✉"}
     assert invoke(server, token, "customer_note_add", note)["state"] == "executed"
-    assert invoke(server, token, "customer_search", {"q": "acme corp"})["state"] == "executed"
+    # A query with spaces, `&`, `?` and non-ASCII text.
+    assert invoke(server, token, "customer_search", {"q": "Müller & Co? ok"})["state"] == "executed"
+    # A write approved by a person, then resumed: signed when it is finally sent.
+    waiting = invoke(server, token, "customer_update_credit_limit", {"customer_id": "C-100234", "credit_limit": 50000})
+    assert waiting["state"] == "awaiting_approval"
+    approver = bearer(admin_token(cli, "ann", "approver"))
+    approval = waiting["approval"]
+    assert_ok(server.post(f"/admin/api/tool-approvals/{approval['id']}/approve", headers=approver,
+                          json={"args_hash": approval["args_hash"]}))
+    resumed = assert_ok(server.post(f"/agent-api/v1/tool-invocations/{waiting['invocation_id']}/resume",
+                                    headers=bearer(token)))
+    assert resumed["state"] == "executed"
 
-    write, read = capture.requests
+    write, read, approved = capture.requests
     assert (write["method"], write["target"]) == ("POST", "/crm/customers/C-100234/notes")
     assert json.loads(write["body"]) == {"body": note["body"]}
-    assert (read["method"], read["target"], read["body"]) == ("GET", "/crm/customers?q=acme+corp", b"")
-    for sent, operation in ((write, "/customers/C-100234/notes"), (read, "/customers?q=acme+corp")):
-        headers = sent["headers"]
-        assert core_sdk_verify(SECRET, headers, sent["method"], operation, sent["body"])
+    assert (read["method"], read["target"], read["body"]) == (
+        "GET", "/crm/customers?q=M%C3%BCller+%26+Co%3F+ok", b"")
+    assert (approved["method"], approved["target"]) == ("PATCH", "/crm/customers/C-100234")
+    calls = ((write, "customer_note_add", note), (read, "customer_search", {"q": "Müller & Co? ok"}),
+             (approved, "customer_update_credit_limit", {"customer_id": "C-100234", "credit_limit": 50000}))
+    for sent, tool, arguments in calls:
+        headers, operation = sent["headers"], sent["target"].removeprefix("/crm")
+        assert core_sdk_verify(SECRET, headers, sent["method"], operation, sent["body"]), sent["target"]
         # Signed over the target as received (with the base URL's path) it would not verify.
         assert not core_sdk_verify(SECRET, headers, sent["method"], sent["target"], sent["body"])
         assert headers["X-Bailing-Client"] == "ops-app"
         assert headers["X-Bailing-On-Behalf-Of"] == "tenant-7:user-42"
-        assert headers["X-Bailing-Tool-Scope"] and len(headers["X-Bailing-Idempotency-Key"]) == 64
+        assert headers["X-Bailing-Tool-Scope"]
+        # Core's idempotency key (§A.6), from the job id the call carries.
+        key = {"args_hash": canonical_sha256(arguments), "job_id": headers["X-Bailing-Job-Id"],
+               "on_behalf_of": "tenant-7:user-42", "tool": tool}
+        assert headers["X-Bailing-Idempotency-Key"] == canonical_sha256(key)
+
+
+def canonical_sha256(value: dict) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def test_without_a_subject_the_header_is_absent_and_signed_as_empty():
@@ -118,3 +144,26 @@ def test_without_a_subject_the_header_is_absent_and_signed_as_empty():
     assert headers["X-Bailing-Client"] == ""
     assert core_sdk_verify(SECRET, headers, "GET", "/x?a=1", b"")
     assert not core_sdk_verify(SECRET, {**headers, "X-Bailing-On-Behalf-Of": "someone"}, "GET", "/x?a=1", b"")
+
+
+@pytest.fixture(scope="module")
+def crm_tools():
+    document = json.loads((EXAMPLES / "crm.openapi.json").read_text())
+    return compile_provider("demo-crm", document, "https://crm.example.com/api/", 10000).tools
+
+
+def test_arguments_are_placed_as_core_places_them(crm_tools):
+    """§A.5: a null argument is left out, a GET has no body, any other method at least `{}`."""
+    search = dispatch.prepare(crm_tools["customer_search"], "https://crm.example.com/api/", {"q": None})
+    assert (search.url, search.path_with_query, search.body) == (
+        "https://crm.example.com/api/customers", "/customers", b"")
+    read = dispatch.prepare(crm_tools["customer_get"], "https://crm.example.com/api", {"customer_id": "C 1/é"})
+    assert (read.method, read.path_with_query, read.body) == ("GET", "/customers/C%201%2F%C3%A9", b"")
+    # An operation with no body parameters: Core still sends `{}` for any method but GET.
+    bare = SimpleNamespace(method="DELETE", path="/customers/{customer_id}", locations={"customer_id": "path"})
+    delete = dispatch.prepare(bare, "https://crm.example.com/api", {"customer_id": "C-1"})
+    assert (delete.path_with_query, delete.body) == ("/customers/C-1", b"{}")
+    note = dispatch.prepare(crm_tools["customer_note_add"], "https://crm.example.com/api",
+                            {"customer_id": "C-1", "body": "x"})
+    assert (note.url, note.path_with_query, note.body) == (
+        "https://crm.example.com/api/customers/C-1/notes", "/customers/C-1/notes", b'{"body":"x"}')

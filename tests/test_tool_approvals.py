@@ -599,7 +599,7 @@ def test_deciding_needs_approvals_decide(desk, business, decision, token, status
 
 
 def expected_idempotency_key(job_id: str, tool: str, args_hash: str) -> str:
-    return sha256(canonical({"invocation": job_id, "tool": tool, "args_hash": args_hash, "on_behalf_of": SUBJECT}))
+    return sha256(canonical({"args_hash": args_hash, "job_id": job_id, "on_behalf_of": SUBJECT, "tool": tool}))
 
 
 @pytest.mark.parametrize("concurrent", [False, True], ids=["sequential-resumes", "concurrent-resumes"])

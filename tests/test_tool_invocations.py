@@ -582,7 +582,7 @@ def test_signed_headers_reach_the_business_system(agent, business, sql):
     assert result["result"]["body"]["body"] == arguments["body"]
     job_id = job_id_of(sql, "inv-note")
     args_hash = sha256_canonical(arguments)
-    key = sha256_canonical({"invocation": job_id, "tool": "customer_note_add", "args_hash": args_hash,
+    key = sha256_canonical({"job_id": job_id, "tool": "customer_note_add", "args_hash": args_hash,
                             "on_behalf_of": SUBJECT})
     [execution] = business.executions("customer_note_add")  # recorded only after the signature verified
     assert execution == {"system": "crm", "operation": "customer_note_add", "job_id": job_id,

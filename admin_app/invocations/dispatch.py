@@ -50,7 +50,9 @@ def _query_value(value: Any) -> str:
 
 
 def prepare(tool, base_url: str, arguments: dict) -> PreparedCall:
-    """Split the flat arguments back into path, query and JSON body, as the compiler merged them."""
+    """Split the flat arguments back into path, query and JSON body, as the compiler merged them,
+    placed as Core places them (BUSINESS_SIDE §A.5): a null argument is left out, a GET has no
+    body, any other method a JSON body of at least `{}`."""
     path = tool.path
     query: list[tuple[str, str]] = []
     fields: dict[str, Any] = {}
@@ -58,6 +60,8 @@ def prepare(tool, base_url: str, arguments: dict) -> PreparedCall:
     body_mode = "whole" if "whole_body" in locations else "fields" if "body" in locations else None
     payload: Any = None
     for name, value in arguments.items():
+        if value is None:
+            continue
         where = tool.locations.get(name)
         if where == "path":
             path = path.replace("{" + name + "}", quote(_query_value(value), safe=""))
@@ -68,10 +72,10 @@ def prepare(tool, base_url: str, arguments: dict) -> PreparedCall:
             fields[name] = value
         elif where == "whole_body":
             payload = value
-    if body_mode == "fields":
+    if body_mode == "fields" or payload is None:
         payload = fields
     body = b""
-    if body_mode == "fields" or (body_mode == "whole" and "body" in arguments):
+    if tool.method.upper() != "GET":
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     suffix = path + ("?" + urlencode(query) if query else "")
     # Signed as the spec declares the operation: the base URL's own path is not part of it.

@@ -235,8 +235,9 @@ def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvi
     if managed is not None:
         metering.grant(db, managed, inv.id, utc_now())
     call = dispatch.prepare(visible.tool, provider.base_url, arguments)
-    key = sha256_json({"invocation": str(inv.id), "tool": inv.tool, "args_hash": inv.args_hash,
-                       "on_behalf_of": inv.on_behalf_of})
+    # Core's key (BUSINESS_SIDE §A.6): stable across resumes, since the job id is.
+    key = sha256_json({"args_hash": inv.args_hash, "job_id": str(inv.id), "on_behalf_of": inv.on_behalf_of or "",
+                       "tool": inv.tool})
     # The path template, not the filled path: the hub keeps key names, never argument values.
     db.add(JournalEntry(job_id=inv.id, state="dispatching", idempotency_key=key, method=call.method,
                         path=visible.tool.path, body_sha256=sha256_bytes(call.body)))
