@@ -35,6 +35,8 @@ def create_app(test_config: dict | None = None) -> Flask:
             # The suite's and the benchmarks' in-process apps deliver no notifications unless
             # they ask: their database is dropped under them when they are done.
             settings = settings.replace(notifications=False)
+        if "spec_auto_refresh" not in test_config:
+            settings = settings.replace(spec_auto_refresh=False)  # nor pull specs on a schedule
 
     app = _HubFlask(
         __name__,
@@ -62,8 +64,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     from . import observability
 
     observability.init_app(app)  # request ids, the request log, GET /metrics
-    from .api import (admin_api, admin_tasks, agent_audit, agent_auth, agent_invocations, agent_runtime,
-                      agent_tasks, agent_tools)
+    from .api import (admin_api, admin_tasks, agent_artifacts, agent_audit, agent_auth, agent_invocations,
+                      agent_runtime, agent_tasks, agent_tools, approval_decisions, artifact_files, config_audit,
+                      hub_pause, usage)
     from .health import bp as health_bp
 
     app.register_blueprint(health_bp)
@@ -74,7 +77,13 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(agent_invocations.bp)
     app.register_blueprint(admin_api.bp)
     app.register_blueprint(agent_tasks.bp)
+    app.register_blueprint(agent_artifacts.bp)
+    app.register_blueprint(artifact_files.bp)
     app.register_blueprint(admin_tasks.bp)
+    app.register_blueprint(usage.bp)  # /usage/v1: capabilities only (supported: false)
+    app.register_blueprint(approval_decisions.bp)  # Core's business decision, outside the API prefixes
+    app.register_blueprint(hub_pause.bp)  # POST /admin/pause|resume, GET /admin/api/status
+    app.register_blueprint(config_audit.bp)  # GET /admin/api/config-audit
     from .openapi import bp as openapi_bp
 
     app.register_blueprint(openapi_bp)
@@ -90,6 +99,20 @@ def create_app(test_config: dict | None = None) -> Flask:
         worker = DeliveryWorker(app.extensions["bailing"].db, settings)
         app.extensions["bailing.notifications"] = worker
         app.before_request(worker.ensure_started)
+    if settings.spec_auto_refresh:
+        from .providers.schedule import SpecRefreshWorker
+
+        # Likewise a pass every 60 s over the URL providers due for an auto refresh; the database
+        # decides which process pulls a provider (providers/refresh.py).
+        refresher = SpecRefreshWorker(app.extensions["bailing"].db)
+        app.extensions["bailing.spec_refresh"] = refresher
+        app.before_request(refresher.ensure_started)
+    if not test_config:
+        from .config_audit import retention
+
+        # With BAILING_AUDIT_RETENTION_DAYS > 0, a purge of the configuration-change log 60 s
+        # after the process's first request, then every 6 h (the suite's apps start none).
+        retention.init_app(app)
 
     @app.get("/")
     def index():

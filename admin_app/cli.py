@@ -244,7 +244,91 @@ def config_apply(file: Path, check_only: bool):
     doc = load_file(file)
     with _hub().db.session() as session:
         report = (check if check_only else apply)(session, doc, file.resolve().parent)
+    if not check_only and report.get("spec_pulls"):
+        from .providers.refresh import probe_all
+
+        # Once committed, the authorization probe of each URL provider the file saved (created or
+        # changed); inline providers are probed on demand (`provider probe`, the console).
+        saved = set(report["created"]["tool_providers"]) | {
+            c.split(" (")[0] for c in report["changed"]["tool_providers"]}
+        pulled = [p["provider"] for p in report["spec_pulls"] if p["provider"] in saved]
+        if pulled:
+            report["authz_probes"] = probe_all(_hub().db, pulled)
     _emit(report)
+
+
+# ------------------------------------------------------------------ config-audit
+
+@main.group("config-audit")
+def config_audit():
+    """The configuration-change log (GET /admin/api/config-audit)."""
+
+
+@config_audit.command("prune")
+@hub_command
+def config_audit_prune():
+    """Delete the log's rows older than BAILING_AUDIT_RETENTION_DAYS now (0, the default, keeps
+    them all), as each serving process does every 6 h; prints what was deleted."""
+    from .config_audit.retention import days_from_env, prune_once
+
+    _emit(prune_once(_hub().db, days_from_env()))
+
+
+# ------------------------------------------------------------------ provider
+
+@main.group()
+def provider():
+    """Tool providers: pull a spec from its spec_url now, probe authorization, show their state."""
+
+
+def _provider_call(call, name: str):
+    from .providers.refresh import NotPulled, ProviderMissing
+
+    try:
+        return call(name)
+    except ProviderMissing:
+        _fail("provider_not_found", f"No tool provider named {name}.")
+    except NotPulled:
+        _fail("provider_not_pulled", f"The spec of {name} is given inline (openapi): apply a new one with "
+                                     "config apply.")
+
+
+@provider.command("refresh")
+@click.argument("name")
+@hub_command
+def provider_refresh(name: str):
+    """Pull NAME's spec from its spec_url now; on success, probe its authorization."""
+    from .providers.refresh import refresh
+
+    report = _provider_call(lambda n: refresh(_hub().db, n, "manual"), name)
+    if not report["ok"]:
+        _fail("spec_pull_failed", f"The spec of {name} could not be pulled ({report['error']}); the stored "
+                                  "spec is kept.", provider=name, spec_access_probe=report["spec_access_probe"])
+    _emit(report)
+
+
+@provider.command("probe")
+@click.argument("name")
+@hub_command
+def provider_probe(name: str):
+    """Run NAME's authorization probe now (a health check: it never blocks a call)."""
+    from .providers.refresh import probe
+
+    _emit({"provider": name, "authz_probe": _provider_call(lambda n: probe(_hub().db, n), name)})
+
+
+@provider.command("show")
+@click.argument("name", required=False)
+@hub_command
+def provider_show(name: str | None):
+    """NAME's spec source, last pull and probes; every provider without NAME."""
+    from .providers.status import describe, list_all
+
+    with _hub().db.session() as session:
+        if name is None:
+            _emit({"providers": list_all(session)})
+        else:
+            _emit(_provider_call(lambda n: describe(session, n), name))
 
 
 # ------------------------------------------------------------------ tools
@@ -331,13 +415,22 @@ def agent():
 @click.option("--store", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to keep the session (default ~/.config/bailing/agent-session.json, mode 0600).")
 @click.option("--no-browser", is_flag=True, help="Print the address instead of opening a browser.")
-def agent_login(hub_url, client_app_id, routes, device_label, store, no_browser):
+@click.option("--sdk-credential-file", "sdk_file", is_flag=False, flag_value="", default=None,
+              metavar="[PATH]",
+              help="Keep the session in the official Agent Client SDK's credential file instead (default "
+                   "$BAILINGHUB_CREDENTIAL_FILE, else ~/.config/bailinghub/agent-credentials.json), so its "
+                   "MCP server runs on it; one --route.")
+def agent_login(hub_url, client_app_id, routes, device_label, store, no_browser, sdk_file):
     """Authorize a local agent in the business system's page and store its Agent Session."""
     from .agent_client import DEFAULT_STORE, AgentAuthError, login
 
     def show(url: str) -> None:
         click.echo(f"Open this address to approve the agent:\n  {url}", err=True)
 
+    if sdk_file is not None:
+        _agent_login_to_sdk_file(hub_url, client_app_id, routes, device_label, store, sdk_file,
+                                 show if no_browser else None)
+        return
     try:
         session = login(hub_url, client_app_id, list(routes), device_label=device_label,
                         store=store or DEFAULT_STORE, open_url=show if no_browser else None)
@@ -347,6 +440,39 @@ def agent_login(hub_url, client_app_id, routes, device_label, store, no_browser)
            "access_expires_at": session["access_expires_at"],
            "refresh_expires_at": session["refresh_expires_at"],
            "stored_in": str(store or DEFAULT_STORE)})
+
+
+def _agent_login_to_sdk_file(hub_url, client_app_id, routes, device_label, store, given, open_url):
+    """`agent login --sdk-credential-file`: the session goes to the SDK's file only (one refresh
+    token in two stores would be spent twice, which revokes the session)."""
+    import os
+
+    from .agent_sdk import credential_file
+    from .agent_sdk.errors import AgentSdkError
+
+    if store is not None:
+        _fail("agent_login_failed", "--store and --sdk-credential-file exclude each other: "
+                                    "a session lives in one store")
+    if len(routes) != 1:
+        _fail("agent_login_failed", "the SDK's credential file holds one route: give exactly one --route")
+    try:
+        path = given or credential_file.default_path()
+        result = credential_file.login(hub_url, client_app_id, routes[0], path=path, device_label=device_label,
+                                       open_url=open_url)
+    except AgentSdkError as err:
+        _fail("agent_login_failed", str(err))
+    content = result["content"]
+    environment = {credential_file.OPT_IN_ENV: "true"}
+    if path != credential_file.default_path({k: v for k, v in os.environ.items() if k != credential_file.FILE_ENV}):
+        environment[credential_file.FILE_ENV] = path
+    click.echo("On Linux the Agent Client SDK reads this file only with "
+               f"{credential_file.OPT_IN_ENV}=true in its environment"
+               + (f" (and {credential_file.FILE_ENV}={path})" if credential_file.FILE_ENV in environment else "")
+               + ".", err=True)
+    _emit({"session_id": content["session_id"], "allowed_routes": result["allowed_routes"],
+           "access_expires_at": content["access_expires_at"], "refresh_expires_at": content["refresh_expires_at"],
+           "stored_in": os.path.abspath(path), "format": "bailinghub-agent-credentials-v1",
+           "replaced_session_id": result["replaced_session_id"], "sdk_environment": environment})
 
 
 # ------------------------------------------------------------------ knowledge
@@ -716,6 +842,33 @@ def notifications_deliver(once: bool):
     except KeyboardInterrupt:
         stop.set()
         _emit({"stopped": True})
+
+
+# ------------------------------------------------------------------ hub pause
+
+def _set_paused(paused: bool, reason: str | None) -> None:
+    from .identity.admins import operator
+    from .runtime import pause
+
+    checked = pause.check_reason(reason)
+    with _hub().db.session() as session:
+        _emit(pause.set_paused(session, operator(), paused, checked, "cli"))
+
+
+@main.command("pause")
+@click.option("--reason", required=True, help="Why (shown on the console's banner; recorded).")
+@hub_command
+def pause_command(reason: str):
+    """Pause the hub: every process stops taking new turns and governed calls (docs/operations.md)."""
+    _set_paused(True, reason)
+
+
+@main.command("resume")
+@click.option("--reason", default=None, help="Why (recorded).")
+@hub_command
+def resume_command(reason: str | None):
+    """Resume a paused hub."""
+    _set_paused(False, reason)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,9 @@ class Settings:
     notifications: bool = True
     notification_max_attempts: int = 6
     notification_backoff_seconds: int = 30  # the first retry's delay; each next one 4 times longer
+    # Tool providers' spec auto refresh (admin_app/providers/schedule.py): a pass every 60 s in
+    # each serving process; the database decides which host pulls a due provider.
+    spec_auto_refresh: bool = True
     public_url: str | None = None
     smtp_host: str | None = None
     smtp_port: int = 587
@@ -175,6 +178,7 @@ class Settings:
             notifications=_switch("BAILING_NOTIFICATIONS", True),
             notification_max_attempts=_int("BAILING_NOTIFICATION_MAX_ATTEMPTS", 6),
             notification_backoff_seconds=_int("BAILING_NOTIFICATION_BACKOFF_SECONDS", 30, minimum=0),
+            spec_auto_refresh=_switch("BAILING_SPEC_AUTO_REFRESH", True),
             public_url=_public_url(os.environ.get("BAILING_PUBLIC_URL")),
             smtp_host=_no_controls("BAILING_SMTP_HOST", os.environ.get("BAILING_SMTP_HOST")),
             smtp_port=_int("BAILING_SMTP_PORT", 587),

@@ -21,9 +21,18 @@ from sqlalchemy.orm import Session
 from . import limits
 from .canonical import utc_now
 from .catalog.compiler import COMPILER_VERSION, HTTP_METHODS, TOOL_NAME, CompileError, compile_provider
+from .catalog.rate_limits import check_provider_rate_limits
 from .catalog.store import compiled_providers
+from .config_audit.log import record_change
+from .identity import client_gate
+from .identity.admins import operator
 from .identity.models import ClientApp, Route, ToolProvider
-from .notifications.channels import Channel
+from .providers import config_pulls
+from .providers.config_pulls import ConfigPull, Resolved
+from .providers.spec_pull import POLICIES
+from .runtime import artifact_config
+from .runtime.artifact_storage import Bucket
+from .notifications.channels import WEBHOOK_KINDS, Channel
 from .validation import (MAX_JSON_DEPTH, Checker, Invalid, join, json_value_problems, repeats,
                          strict_json_loads)
 
@@ -31,10 +40,15 @@ from .validation import (MAX_JSON_DEPTH, Checker, Invalid, join, json_value_prob
 APPLY_LOCK_KEY = 0x627A636F6E66
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 
-CLIENT_FIELDS = ("app_id", "name", "allowed_routes", "enabled", "agent_authorize_url")
+CLIENT_FIELDS = ("app_id", "name", "allowed_routes", "enabled", "agent_authorize_url",
+                 "rate_limit_per_min")  # the client gate (BUSINESS_SIDE §D.1), identity/client_gate.py
 ROUTE_FIELDS = ("route_key", "name", "description", "enabled", "audience", "target_config",
                 "agent_client", "tools", "permission", "approvals")
 PROVIDER_FIELDS = ("name", "base_url", "openapi", "secret_env", "timeout_ms")
+# Tool rate-limit policies (BUSINESS_SIDE §D.2, catalog/rate_limits.py); optional provider fields.
+PROVIDER_RATE_FIELDS = ("rate_limit_per_min", "tool_rate_limits")
+# A spec pulled from the business system instead of `openapi` (BUSINESS_SIDE §B, providers/).
+PROVIDER_SPEC_FIELDS = ("spec_url", "spec_access_policy", "auto_refresh_min")
 
 
 # ---------------------------------------------------------------- loading
@@ -175,24 +189,58 @@ def check_openapi(checker: Checker, value: Any, path: str, base_dir: Path) -> di
     return value
 
 
-def check_provider(checker: Checker, item: Any, path: str, base_dir: Path):
+def check_spec_source(checker: Checker, item: dict, path: str, base_dir: Path,
+                      pulled: dict[str, Resolved]) -> dict[str, Any]:
+    """The provider's spec: `openapi` (a document or a file) or `spec_url`, exactly one; with
+    `spec_url`, its access policy and auto refresh, and the document pulled before the apply's
+    transaction (providers/config_pulls.py says when a failed pull refuses the apply)."""
+    has_doc, has_url = "openapi" in item, "spec_url" in item
+    if has_doc and has_url:
+        checker.add(join(path, "spec_url"), "give either openapi or spec_url, not both")
+    elif not has_doc and not has_url:
+        checker.add(join(path, "openapi"), "is required")
+    if not has_url:
+        for key in ("spec_access_policy", "auto_refresh_min"):
+            if key in item:
+                checker.add(join(path, key), "is only for a provider whose spec is pulled from spec_url")
+        return {"openapi": check_openapi(checker, item["openapi"], join(path, "openapi"), base_dir)
+                if has_doc else None, "spec_url": None, "spec_access_policy": "signed_required",
+                "auto_refresh_min": 0}
+    url = check_url(checker, item["spec_url"], join(path, "spec_url"), https_or_loopback=False)
+    policy = item.get("spec_access_policy", "signed_required")
+    if policy not in POLICIES:
+        checker.add(join(path, "spec_access_policy"), "must be 'signed_required' or 'public_allowed'")
+    minutes = checker.integer(item.get("auto_refresh_min", 0), join(path, "auto_refresh_min"), minimum=0,
+                              maximum=limits.SPEC_AUTO_REFRESH_MAX_MIN)
+    found = pulled.get(item["name"]) if isinstance(item.get("name"), str) and not has_doc else None
+    pullable = policy in POLICIES and isinstance(item.get("secret_env"), str)  # else not pulled: said above
+    if url is not None and not has_doc and found is None and pullable:
+        checker.add(join(path, "spec_url"), "was not pulled (its provider has other problems)")
+    elif found is not None and found.refusal is not None:
+        checker.add(join(path, "spec_url"), f"could not be pulled: {found.refusal}")
+    return {"openapi": found.document if found else None, "spec_url": url, "spec_access_policy": policy,
+            "auto_refresh_min": minutes}
+
+
+def check_provider(checker: Checker, item: Any, path: str, base_dir: Path,
+                   pulled: dict[str, Resolved] | None = None):
     """(record, CompiledProvider), or None when anything about the provider is wrong."""
     # Counted before the shape check, so a missing required key also stops the record.
     before = len(checker.problems)
-    if checker.obj(item, path, required=("name", "base_url", "openapi", "secret_env"),
-                   optional=("timeout_ms",)) is None:
+    if checker.obj(item, path, required=("name", "base_url", "secret_env"),
+                   optional=("openapi", "timeout_ms", *PROVIDER_RATE_FIELDS, *PROVIDER_SPEC_FIELDS)) is None:
         return None
     record: dict[str, Any] = {
         "name": checker.resource_key(item.get("name"), join(path, "name")) if "name" in item else None,
         "base_url": check_url(checker, item.get("base_url"), join(path, "base_url"),
                               https_or_loopback=False) if "base_url" in item else None,
-        "openapi": check_openapi(checker, item.get("openapi"), join(path, "openapi"), base_dir)
-        if "openapi" in item else None,
+        **check_spec_source(checker, item, path, base_dir, pulled or {}),
         "secret_env": checker.string(item.get("secret_env"), join(path, "secret_env"),
                                      pattern=ENV_NAME, pattern_text="an environment variable name "
                                      "(A-Z, 0-9, _)") if "secret_env" in item else None,
         "timeout_ms": checker.integer(item.get("timeout_ms", 10000), join(path, "timeout_ms"),
                                       minimum=1, maximum=600000),
+        **check_provider_rate_limits(checker, item, path),
     }
     if len(checker.problems) != before:
         return None
@@ -201,11 +249,12 @@ def check_provider(checker: Checker, item: Any, path: str, base_dir: Path):
                                     record["timeout_ms"])
     except CompileError as err:
         for where, message in err.problems:
-            checker.add(join(path, "openapi"), f"{where}: {message}")
+            checker.add(join(path, "openapi" if record["spec_url"] is None else "spec_url"), f"{where}: {message}")
         return None
     except _UNREADABLE:
         for where in _unreadable_operations(record):
-            checker.add(join(path, "openapi"), where + UNREADABLE_MESSAGE)
+            checker.add(join(path, "openapi" if record["spec_url"] is None else "spec_url"),
+                        where + UNREADABLE_MESSAGE)
         return None
     record["compiler_version"] = COMPILER_VERSION
     record["compile_warnings"] = compiled.warnings
@@ -287,8 +336,10 @@ def check_system_info(checker: Checker, value: Any, path: str) -> None:
 def check_agent_client(checker: Checker, value: Any, path: str) -> None:
     if checker.obj(value, path, required=("enabled",),
                    optional=("instructions", "memory", "knowledge", "max_tool_calls",
-                             "active_tool_limit", "system_info")) is None:
+                             "active_tool_limit", "system_info", "artifact_upload")) is None:
         return
+    if "artifact_upload" in value:
+        artifact_config.check_upload(checker, value["artifact_upload"], join(path, "artifact_upload"))
     if "enabled" in value:
         checker.boolean(value["enabled"], join(path, "enabled"))
     if "active_tool_limit" in value:  # the official client takes at most 12 active tools
@@ -470,6 +521,8 @@ def check_client(checker: Checker, item: Any, path: str, route_keys: set[str]) -
     url = item.get("agent_authorize_url")
     if url is not None:
         check_url(checker, url, join(path, "agent_authorize_url"), https_or_loopback=True)
+    per_minute = checker.integer(item.get("rate_limit_per_min", client_gate.PER_MINUTE_DEFAULT),
+                                 join(path, "rate_limit_per_min"), minimum=0, maximum=client_gate.PER_MINUTE_MAX)
     if len(checker.problems) != before:
         return None
     return {
@@ -478,12 +531,16 @@ def check_client(checker: Checker, item: Any, path: str, route_keys: set[str]) -
         "allowed_routes": list(routes),
         "enabled": item.get("enabled", True),
         "agent_authorize_url": url,
+        "rate_limit_per_min": per_minute,
     }
 
 
 # ---------------------------------------------------------------- approval notifications
 
-CHANNEL_FIELDS = {"webhook": ("url", "secret_env"), "email": ("to",)}
+# `business_webhook` (alias `approval_webhook`): the business system's own webhook, sent Core's
+# `tool_approval_request`; its secret_env also verifies the decisions it signs (§F).
+CHANNEL_FIELDS = {"webhook": ("url", "secret_env"), "email": ("to",),
+                  "business_webhook": ("url", "secret_env"), "approval_webhook": ("url", "secret_env")}
 CHANNEL_COMMON = ("routes", "tools", "enabled")
 CHANNEL_TARGETS_MAX = 100  # routes or tools one channel names
 EMAIL_RECIPIENTS_MAX = 20
@@ -504,16 +561,18 @@ def check_channel(checker: Checker, item: Any, path: str, route_keys: set[str],
     known_kind = isinstance(kind, str) and kind in CHANNEL_FIELDS
     # An unknown kind is the one problem reported: its fields are not judged against a kind.
     own = CHANNEL_FIELDS[str(kind)] if known_kind else ()
-    other = () if known_kind else tuple(f for fields in CHANNEL_FIELDS.values() for f in fields)
+    other = () if known_kind else tuple(dict.fromkeys(f for fields in CHANNEL_FIELDS.values() for f in fields))
+    webhook = kind in WEBHOOK_KINDS
     if checker.obj(item, path, required=("name", "kind", *own), optional=(*CHANNEL_COMMON, *other)) is None:
         return None
     if "name" in item:
         checker.resource_key(item["name"], join(path, "name"))
     if "kind" in item and kind not in CHANNEL_FIELDS:
-        checker.add(join(path, "kind"), "must be 'webhook' or 'email'")
-    if "url" in item and kind == "webhook":
+        checker.add(join(path, "kind"), "must be 'webhook' or 'email' (or 'business_webhook', alias "
+                                             "'approval_webhook', for the business system)")
+    if "url" in item and webhook:
         check_url(checker, item["url"], join(path, "url"), https_or_loopback=True)
-    if "secret_env" in item and kind == "webhook":
+    if "secret_env" in item and webhook:
         checker.string(item["secret_env"], join(path, "secret_env"), pattern=ENV_NAME,
                        pattern_text="an environment variable name (A-Z, 0-9, _)")
     if "to" in item and kind == "email":
@@ -544,8 +603,8 @@ def check_channel(checker: Checker, item: Any, path: str, route_keys: set[str],
     return {
         "name": item["name"],
         "kind": kind,
-        "url": item["url"] if kind == "webhook" else None,
-        "secret_env": item["secret_env"] if kind == "webhook" else None,
+        "url": item["url"] if webhook else None,
+        "secret_env": item["secret_env"] if webhook else None,
         "recipients": list(item["to"]) if kind == "email" else [],
         "routes": list(routes),
         "tools": list(tools),
@@ -571,13 +630,19 @@ def _unique(checker: Checker, records: list[tuple[str, dict | None]], key: str) 
         seen[record[key]] = path
 
 
-def validate(db: Session, doc: dict, base_dir: Path) -> dict[str, list[dict]]:
+def validate(db: Session, doc: dict, base_dir: Path,
+             pulled: dict[str, Resolved] | None = None) -> dict[str, list[dict]]:
     """The records to write, or Invalid naming every bad field. Cross-references may point at
-    records already in the database or defined in the same file."""
+    records already in the database or defined in the same file. `pulled`: the URL providers'
+    pulls as judged against the database; None pulls them here."""
+    if pulled is None:
+        pulled = config_pulls.resolve(db, config_pulls.pull_for_config(doc))
     checker = Checker()
-    checker.obj(doc, "", optional=("client_apps", "routes", "tool_providers", "approval_notifications"))
+    checker.obj(doc, "", optional=("client_apps", "routes", "tool_providers", "approval_notifications",
+                                   "artifact_buckets"))
 
-    checked = [(join("tool_providers", i), check_provider(checker, item, join("tool_providers", i), base_dir))
+    checked = [(join("tool_providers", i), check_provider(checker, item, join("tool_providers", i), base_dir,
+                                                          pulled))
                for i, item in enumerate(_section(checker, doc, "tool_providers"))]
     providers = [(path, result[0] if result else None) for path, result in checked]
     _unique(checker, providers, "name")
@@ -605,47 +670,61 @@ def validate(db: Session, doc: dict, base_dir: Path) -> dict[str, list[dict]]:
                 for i, item in enumerate(_section(checker, doc, "approval_notifications"))]
     _unique(checker, channels, "name")
 
+    buckets = [(join("artifact_buckets", i), artifact_config.check_bucket(checker, item, join("artifact_buckets", i),
+                                                                           base_dir))
+               for i, item in enumerate(_section(checker, doc, "artifact_buckets"))]
+    _unique(checker, buckets, "name")
+
     checker.raise_if_any()
     return {
         "tool_providers": [p for _, p in providers if p],
         "routes": [r for _, r in routes if r],
         "client_apps": [c for _, c in clients if c],
         "approval_notifications": [c for _, c in channels if c],
+        "artifact_buckets": [b for _, b in buckets if b],
     }
 
 
 # ---------------------------------------------------------------- writing
 
-_MODELS: dict[str, tuple[type[ToolProvider | Route | ClientApp | Channel], str]] = {
+_MODELS: dict[str, tuple[type[ToolProvider | Route | ClientApp | Channel | Bucket], str]] = {
     "tool_providers": (ToolProvider, "name"),
     "routes": (Route, "route_key"),
     "client_apps": (ClientApp, "app_id"),
     "approval_notifications": (Channel, "name"),
+    "artifact_buckets": (Bucket, "name"),
 }
 
 
 def apply(db: Session, doc: dict, base_dir: Path) -> dict:
-    """Validate and upsert in the caller's transaction; report what was created or changed."""
-    return _apply(db, doc, base_dir, write=True)
+    """Validate and upsert in the caller's transaction; report what was created or changed.
+    URL providers are pulled first, before the transaction's first statement."""
+    report = _apply(db, doc, base_dir, config_pulls.pull_for_config(doc), write=True)
+    if any(names for bucket in ("created", "changed") for names in report[bucket].values()):
+        # In the same transaction: a change is in the configuration-change log once committed.
+        record_change(db, operator().name, "APPLY", "config")
+    return report
 
 
 def check(db: Session, doc: dict, base_dir: Path) -> dict:
     """What `apply` would report, with `"checked": true`, writing nothing. Must open the caller's
     transaction: it makes it READ ONLY, so the server itself refuses any write. The apply lock is
     taken too, so the plan is made against one state, not across a concurrent apply's commit."""
+    pulls = config_pulls.pull_for_config(doc)  # before the transaction's first statement
     db.execute(text("SET TRANSACTION READ ONLY"))
-    return {"checked": True, **_apply(db, doc, base_dir, write=False)}
+    return {"checked": True, **_apply(db, doc, base_dir, pulls, write=False)}
 
 
-def _apply(db: Session, doc: dict, base_dir: Path, *, write: bool) -> dict:
+def _apply(db: Session, doc: dict, base_dir: Path, pulls: dict[str, ConfigPull], *, write: bool) -> dict:
     db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": APPLY_LOCK_KEY})
-    records = validate(db, doc, base_dir)
+    pulled = config_pulls.resolve(db, pulls)
+    records = validate(db, doc, base_dir, pulled)
     buckets: dict[str, dict[str, list[str]]] = {"created": {}, "changed": {}, "unchanged": {}}
     now = utc_now()
     # Referenced before referencing. Notification channels are reported only by a file that has
     # them, so that the report of every other file keeps its shape.
-    sections = ("tool_providers", "routes", "client_apps") + (
-        ("approval_notifications",) if "approval_notifications" in doc else ())
+    sections = ("tool_providers", "routes", "client_apps") + tuple(
+        name for name in ("approval_notifications", "artifact_buckets") if name in doc)
     for section in sections:
         model, key = _MODELS[section]
         for bucket in buckets.values():
@@ -672,4 +751,12 @@ def _apply(db: Session, doc: dict, base_dir: Path, *, write: bool) -> dict:
         if write:
             db.flush()
     warnings = [{"provider": p["name"], **w} for p in records["tool_providers"] for w in p["compile_warnings"]]
-    return {**buckets, "warnings": warnings}
+    if pulled:
+        if write:
+            config_pulls.record(db, pulled)
+        warnings += [{"provider": name, "code": "spec_pull_failed", "tool": None,
+                      "message": f"the spec could not be pulled ({r.pulled.error}); the stored spec is kept"}
+                     for name, r in pulled.items() if r.status == "failed"]
+    # Only a file with URL providers reports its pulls: every other report keeps its shape.
+    spec_pulls = {"spec_pulls": [r.report(name) for name, r in pulled.items()]} if pulled else {}
+    return {**buckets, "warnings": warnings, **spec_pulls}

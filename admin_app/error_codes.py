@@ -23,6 +23,7 @@ COMPLETE = WIRE + "2.9 `POST /agent-api/v1/runs/:run_id/complete`"
 SHARED = WIRE + "1. Conventions shared by every surface"
 ADMIN_API = "hub: openapi/admin-api.json"
 EVERY_API = "hub: openapi/*.json"
+ARTIFACTS = "BUSINESS_SIDE.md § H.1 Agent artifacts"
 # Codes only the bailing-admin commands answer with (on standard error, exit status 1).
 CLI = "hub: docs/operations.md § Command errors"
 
@@ -37,6 +38,9 @@ class ErrorCode:
 CODES: dict[str, ErrorCode] = {
     # 400 Bad Request
     "TASK_INVALID_INPUT": ErrorCode(400, "The task input is not valid.", TASKS),
+    "artifact_content_mismatch": ErrorCode(
+        400, "The body does not match the declared type, length or SHA-256.", ARTIFACTS),
+    "artifact_invalid_request": ErrorCode(400, "The X-Bailing-Artifact metadata is not valid.", ARTIFACTS),
     "invalid_client": ErrorCode(400, "The client is unknown, disabled or has no authorization page.",
                                 AGENT_AUTH),
     "invalid_grant": ErrorCode(
@@ -51,6 +55,10 @@ CODES: dict[str, ErrorCode] = {
     "agent_client_disabled": ErrorCode(403, "The Agent Client Runtime is not enabled on this route.",
                                        ROUTE_GATE),
     "agent_direct_disabled": ErrorCode(403, "Business tools are not enabled on this route.", ROUTE_GATE),
+    "artifact_run_mismatch": ErrorCode(
+        403, "The run is not a run of this session, client, workspace and conversation.", ARTIFACTS),
+    "artifact_run_turn_mismatch": ErrorCode(403, "The run belongs to another turn.", ARTIFACTS),
+    "artifact_upload_disabled": ErrorCode(403, "Artifact uploads are not enabled on this route.", ARTIFACTS),
     "audience_not_allowed": ErrorCode(403, "This route's audience does not include this session.",
                                       ROUTE_GATE),
     "conversation_audit_authorization_invalid": ErrorCode(
@@ -63,6 +71,7 @@ CODES: dict[str, ErrorCode] = {
     "TASK_NOT_FOUND": ErrorCode(404, "No such task.", TASKS),
     "admin_not_found": ErrorCode(404, "No admin by that name.", CLI),
     "approval_not_found": ErrorCode(404, "No such approval.", ADMIN_API),
+    "artifact_not_found": ErrorCode(404, "No such artifact in this workspace.", ARTIFACTS),
     "client_not_found": ErrorCode(404, "No such client app.", CLI),
     "conversation_audit_not_found": ErrorCode(404, "No such conversation audit.", AUDIT),
     "invocation_not_found": ErrorCode(404, "No such invocation for this session.",
@@ -111,6 +120,10 @@ CODES: dict[str, ErrorCode] = {
     "agent_run_conflict": ErrorCode(409, "This run is not a turn of this session in this route.", INVOKE),
     "approval_expired": ErrorCode(409, "This approval expired; it can no longer be decided.", ADMIN_API),
     "approval_not_pending": ErrorCode(409, "This approval is no longer pending.", ADMIN_API),
+    "artifact_conflict": ErrorCode(
+        409, "This upload_id was used with another workspace or other metadata.", ARTIFACTS),
+    "artifact_storage_changed": ErrorCode(
+        409, "The route's bucket changed since this upload was accepted; use a new upload_id.", ARTIFACTS),
     "approval_snapshot_changed": ErrorCode(
         409, "The snapshot hash differs from the one you reviewed; review it again.", ADMIN_API),
     "assistant_message_conflict": ErrorCode(
@@ -122,6 +135,8 @@ CODES: dict[str, ErrorCode] = {
     "invalid_state": ErrorCode(409, "This authorization was already decided.", AGENT_AUTH),
     "invocation_conflict": ErrorCode(409, "This invocation_id was used for a different call.", INVOKE),
     "own_account": ErrorCode(409, "You cannot do this to your own account.", CLI),
+    "session_inactive": ErrorCode(409, "The session is revoked or expired.",
+                                  "BUSINESS_SIDE.md § H.2 Subject display"),
     "run_completion_conflict": ErrorCode(409, "This run was already completed differently.", COMPLETE),
     "turn_conflict": ErrorCode(409, "This turn was already prepared with a different request.",
                                WIRE + "2.4 `POST /agent-api/v1/workspaces/:route/turns`"),
@@ -129,11 +144,14 @@ CODES: dict[str, ErrorCode] = {
     "expired": ErrorCode(410, "This authorization request has expired.", AGENT_AUTH),
     # 413 Content Too Large
     "arguments_too_large": ErrorCode(413, "The request is too large.", INVOKE),
+    "artifact_too_large": ErrorCode(413, "The image is larger than allowed.", ARTIFACTS),
     "conversation_audit_limit": ErrorCode(413, "A conversation audit limit was exceeded.", AUDIT),
     "page_context_too_large": ErrorCode(413, "page_context is too large.",
                                         WIRE + "2.4 `POST /agent-api/v1/workspaces/:route/turns`"),
     "request_too_large": ErrorCode(413, "The request body is too large.", EVERY_API),
     # 415 Unsupported Media Type
+    "artifact_type_not_allowed": ErrorCode(
+        415, "The bytes are not an image of an allowed type.", ARTIFACTS),
     "unsupported_media_type": ErrorCode(415, "Unsupported media type.", EVERY_API),
     # 429 Too Many Requests
     "rate_limited": ErrorCode(429, "Too many authorization requests; try again in a minute.", AGENT_AUTH),
@@ -145,18 +163,30 @@ CODES: dict[str, ErrorCode] = {
     "internal_error": ErrorCode(500, "Internal server error.", EVERY_API + " (the Error schema)"),
     # 501 Not Implemented
     "TASK_UNSUPPORTED": ErrorCode(501, "This hub does not support task control here.", TASKS),
+    "artifact_unsupported": ErrorCode(501, "Artifact uploads are not installed on this hub.", ARTIFACTS),
     # 503 Service Unavailable
     "TASK_UNAVAILABLE": ErrorCode(503, "Task control is unavailable; retry with the original request.",
                                   TASKS),
+    "artifact_storage_unavailable": ErrorCode(
+        503, "The artifact storage is unavailable; nothing was stored.", ARTIFACTS),
+    "artifact_upload_pending": ErrorCode(
+        503, "The upload was accepted but not stored; retry with the same upload_id.", ARTIFACTS),
+    "agent_auth_lifecycle_unavailable": ErrorCode(
+        503, "Agent sessions cannot be listed right now.", AGENT_AUTH),
     "agent_authorize_url_invalid": ErrorCode(
         503, "The client's authorization page is not a valid HTTPS or loopback URL.", AGENT_AUTH),
     "conversation_audit_cross_binding_unavailable": ErrorCode(
         503, "Cross-system member bindings are not available on this hub.", AUDIT),
     "conversation_audit_unavailable": ErrorCode(503, "Conversation audit is not available on this hub.",
                                                 AUDIT),
+    "subject_display_unavailable": ErrorCode(
+        503, "The subject display cannot be stored right now; nothing was changed.", AGENT_AUTH),
     "invocation_storage_unavailable": ErrorCode(
         503, "The invocation state could not be read or saved before the call was sent; nothing was sent.",
         INVOKE),
+    # Answered with `"status": "paused"` beside the envelope, as Core answers it.
+    "hub_paused": ErrorCode(503, "The hub is paused by its operators; nothing was done. Try again later.",
+                            SHARED + "; BUSINESS_SIDE.md § E.2 Surfaces that refuse while paused"),
 }
 
 
@@ -178,6 +208,9 @@ COMMAND_CODES: dict[str, CommandCode] = {
                                    "hub: docs/operations.md (init refusals)"),
     "port_in_use": CommandCode("The port is in use.", "hub: README.md (the demo)"),
     "provider_not_found": CommandCode("No tool provider by that name.", CLI),
+    "provider_not_pulled": CommandCode("The provider's spec is given inline (openapi), not pulled from a spec_url.",
+                                       CLI),
+    "spec_pull_failed": CommandCode("The spec could not be pulled; the stored spec is kept.", CLI),
     "route_not_found": CommandCode("No route by that name.", CLI),
     "schema_missing": CommandCode("The schema is not there yet: run `bailing-admin db upgrade`.", CLI),
     "start_failed": CommandCode("The embedded server did not start.", CLI),

@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 from flask import Blueprint, current_app, jsonify
 
 from . import embedded_pg, migrations
+from .runtime import pause
 
 bp = Blueprint("health", __name__, url_prefix="/health")
 log = logging.getLogger(__name__)
@@ -23,12 +24,29 @@ _APP = {"name": PACKAGE, "version": _VERSION}
 @bp.get("")
 def health():
     """Whether the hub answers, without authentication: Core's `{"status": "ok", "paused": ...}`
-    (HEAD: the same headers, no body). Like liveness it asks no database, so a connector's first
-    call tells "the hub is there" apart from what readiness reports. Nothing pauses the hub yet."""
-    response = jsonify({"status": "ok", "paused": False, "app": _APP})
+    (HEAD: the same headers, no body). It answers 200 whatever the database does, so a
+    connector's first call tells "the hub is there" apart from what readiness reports."""
+    response = jsonify({"status": "ok", "paused": _paused(), "app": _APP})
     response.headers["Content-Type"] = "application/json; charset=utf-8"
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def _paused() -> bool:
+    """The pause in force (runtime.pause), read from the database when there is one to ask: a
+    server this process does not start (the embedded one is never started for /health), and that
+    answers. Unknown (no database, or none answering) reads as not paused: nothing then takes
+    new work anyway, and /health/ready says why."""
+    hub = current_app.extensions["bailing"]
+    if (hub.db.existing_engine() is None and hub.settings.database_url is None
+            and not embedded_pg.is_running(hub.settings.data_dir)):
+        return False
+    try:
+        with hub.db.session() as db:
+            return pause.is_paused(db)
+    except Exception:  # health answers, whatever the database does
+        log.info("health: the pause state could not be read", exc_info=True)
+        return False
 
 
 @bp.get("/live")

@@ -72,6 +72,14 @@ KNOWLEDGE_SEARCH_MAX_RESULTS = 20
 KNOWLEDGE_QUERY_MAX = 1000
 KNOWLEDGE_DOCUMENT_MAX_BYTES = 5 * MIB         # one document a route's knowledge loads
 
+# ---------------------------------------------------------------- agent artifacts (BUSINESS_SIDE.md H.1)
+ARTIFACT_MAX_BYTES = 6 * MIB                   # one image, and the most a route's max_bytes allows
+ARTIFACT_HEADER_MAX = 4096                     # characters of X-Bailing-Artifact (base64url)
+ARTIFACT_TEXT_MAX = 128                        # conversation, turn and name (UTF-16 code units)
+ARTIFACT_RUN_ID_LENGTH = 36
+ARTIFACT_BUCKET_NAME_MAX = 64
+ARTIFACT_URL_MAX = 2048                        # a receipt's URL, as the official client accepts it
+
 # ---------------------------------------------------------------- tools and invocations
 TOOL_DESCRIPTION_MAX = 500
 TOOL_GUIDANCE_MAX = 32768
@@ -87,6 +95,13 @@ RESULT_TEXT_MAX = 8192
 BUSINESS_RESPONSE_MAX_BYTES = 2 * MIB          # what the hub reads of a business system's answer
 SIGNATURE_MAX_CLOCK_SKEW_SECONDS = 300         # a business system accepts either side of its clock
 
+# ---------------------------------------------------------------- spec pull and probes (BUSINESS_SIDE.md B, C)
+SPEC_PULL_MAX_BYTES = 5 * MIB                  # a pulled OpenAPI document, as sent (Content-Length or streamed)
+SPEC_PULL_SECONDS = 10                         # one pull, and each of its two negative probes, whole
+SPEC_YAML_MAX_ALIASES = 100                    # aliases one YAML document may use
+SPEC_AUTO_REFRESH_MAX_MIN = 1440               # auto_refresh_min: 0 (off) to a day
+AUTHZ_PROBE_MAX_MS = 8000                      # the authorization probe: min(provider timeout_ms, this)
+
 # ---------------------------------------------------------------- agent auth
 AUTH_BODY_MAX_BYTES = 64 * KIB
 WITHDRAW_BODY_MAX_BYTES = 4 * KIB              # POST /authorizations/{id}/revoke
@@ -97,7 +112,10 @@ CALLBACK_MAX = 2048                            # redirect_uri, and a client's au
 STATE_LENGTH = (8, 512)
 DEVICE_LABEL_MAX = 128
 ON_BEHALF_OF_MAX = 191
-SUBJECT_DISPLAY_NAME_MAX = 120
+SUBJECT_DISPLAY_NAME_MAX = 120                 # UTF-16 code units, once trimmed
+SUBJECT_DISPLAY_BODY_MAX_BYTES = 4 * KIB       # PUT /sessions/{id}/subject-display
+SESSIONS_LIMIT = (20, 1, 100)                  # GET /sessions: default, minimum, maximum
+SESSIONS_CURSOR_MAX = 2048
 GRANT_FIELD_MAX = 8192                         # code, redirect_uri, verifier, refresh token
 SESSION_SUBJECT_MAX = 255                      # a session an operator issues
 # The principal a business backend approves with.
@@ -111,9 +129,24 @@ ADMIN_BODY_MAX_BYTES = 64 * KIB
 APPROVALS_LIMIT = (50, 1, 100)
 APPROVALS_OFFSET_MAX = 10**9
 APPROVAL_REASON_MAX = 2000
+# The configuration-change log's paging (BUSINESS_SIDE.md § G.2): (default, minimum, maximum),
+# values outside are brought into bounds, never refused; offsets beyond any row read an empty page.
+CONFIG_AUDIT_LIMIT = (100, 1, 500)
+CONFIG_AUDIT_OFFSET_MAX = 2**53 - 1
+# Hub pause (BUSINESS_SIDE.md § E): the optional reason, and the body of POST /admin/pause|resume.
+PAUSE_REASON_MAX = 500
+PAUSE_BODY_MAX_BYTES = 4 * KIB
 # A route's approval time-to-live (`approvals.ttl_seconds`, per tool `tool_ttl_seconds`): from a
 # minute (shorter could lapse before anyone is told) to 30 days.
 APPROVAL_TTL_SECONDS = (60, 30 * 24 * 3600)
+# Business decisions of approvals (BUSINESS_SIDE.md § F): Core's body cap of POST
+# /approvals/:id/decision, its signature window, the approver and comment it keeps, and the
+# argument text an approval request carries.
+APPROVAL_DECISION_BODY_MAX_BYTES = 64 * KIB
+APPROVAL_DECISION_WINDOW_MS = 300_000
+APPROVAL_DECISION_APPROVER_MAX = 64
+APPROVAL_DECISION_COMMENT_MAX = 1000
+APPROVAL_REQUEST_ARGS_TEXT_MAX = 1000
 PASSWORD_LENGTH = (12, 1024)
 TOKEN_DAYS_DEFAULT = 90
 TOKEN_DAYS_MAX = 3650
@@ -152,3 +185,7 @@ NOTIFICATION_EMAIL_SECONDS = 30
 NOTIFICATION_RECORD_SECONDS = 30
 NOTIFICATION_LEASE_SECONDS = (max(NOTIFICATION_WEBHOOK_SECONDS, NOTIFICATION_EMAIL_SECONDS)
                               + NOTIFICATION_RECORD_SECONDS)
+
+# ---------------------------------------------------------------- tool rate limits
+# A refused call is told to wait at most the longest window a policy can name (1d), in ms.
+RATE_LIMIT_RETRY_AFTER_MS_MAX = 86_400_000

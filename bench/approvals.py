@@ -30,7 +30,9 @@ HTML_MAX = 100 * 1024
 def config(business_url: str) -> dict:
     return {
         "tool_providers": [{"name": "demo-erp", "base_url": business_url + "/erp",
-                            "openapi": str(EXAMPLES / "erp.openapi.json"), "secret_env": "DEMO_ERP_SECRET"}],
+                            "openapi": str(EXAMPLES / "erp.openapi.json"), "secret_env": "DEMO_ERP_SECRET",
+                            # the benchmark measures approvals, not the provider's rate gate
+                            "rate_limit_per_min": 0}],
         "routes": [{"route_key": "desk", "name": "Operations desk", "enabled": True,
                     "audience": {"enabled": False},
                     "target_config": {"system_prompt": "You help the operations desk."},

@@ -31,10 +31,10 @@ CREDIT = {"customer_id": "C-100234", "credit_limit": 20000}
 ADJUST = {"sku": "ABC-1001", "warehouse_id": "WH-BER", "quantity_delta": -150, "reason": "write_off"}
 # Which navigation links and pages each role may see.
 NAV = {"Conversations": "runs:read", "Runs": "runs:read", "Approvals": "approvals:read",
-       "Access log": "audit:read", "Tasks": "clients:read", "Admins": "admins:manage"}
+       "Access log": "audit:read", "Tasks": "clients:read", "Admins": "admins:manage", "Pause": "system:write"}
 ROLES = {
     "admin": {"runs:read", "audit:read", "approvals:read", "approvals:decide", "admins:manage", "clients:read",
-              "clients:write"},
+              "clients:write", "system:write"},
     "auditor": {"runs:read", "audit:read"},
     "approver": {"approvals:read", "approvals:decide"},
     "support": {"runs:read"},

@@ -681,6 +681,9 @@ def test_decisions_need_the_pages_csrf_token(hub, token):
     assert approved.status_code == 303
     assert approved.headers["Location"].startswith(CALLBACK + "?code=bhc_")
     assert hub.status(authorization_id) == "approved"
+    # The page names the signed-in person for the agent to show (BUSINESS_SIDE.md §H.2).
+    assert hub.sql("SELECT subject_display FROM bz_agent_authorizations WHERE id = %s",
+                   (authorization_id,))[0][0] == {"name": "Alice Martin"}
 
 
 @pytest.mark.parametrize("token", ["missing", "wrong"])

@@ -644,12 +644,12 @@ def test_the_hub_process_delivers_at_once_in_its_own_thread(db_url, tmp_path, go
         while not receiver.requests and time.monotonic() < deadline:
             time.sleep(0.02)
         assert [p["approval"]["approval_id"] for p in receiver.payloads()] == [approval]
-        assert worker._thread is not None and worker._thread.is_alive()
+        assert worker.runner.thread is not None and worker.runner.thread.is_alive()
     finally:
         worker.stop()
         live.stop()
         application.extensions["bailing"].db.dispose()
-    assert not worker._thread.is_alive()
+    assert worker.runner.thread is not None and not worker.runner.thread.is_alive()
 
 
 def test_in_process_apps_of_the_suite_run_no_worker_unless_asked(app, db_url, tmp_path):

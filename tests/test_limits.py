@@ -130,6 +130,15 @@ TIED: dict[str, list[str]] = {
     "KNOWLEDGE_SEARCH_MAX_RESULTS": [f"{R}#{S}KnowledgeSearchRequest/properties/limit/maximum",
                                      f"{R}#{S}KnowledgeSearchRequest/properties/limit/description"],
     "KNOWLEDGE_QUERY_MAX": [f"{R}#{S}KnowledgeSearchRequest/properties/query/maxLength"],
+    # ------------------------------------------------------------ agent artifacts
+    "ARTIFACT_HEADER_MAX": [
+        f"{R}#/paths/~1workspaces~1{{route_key}}~1artifacts~1{{upload_id}}/post/parameters/2/schema/maxLength"],
+    "ARTIFACT_MAX_BYTES": [f"{R}#{S}Artifact{kind}/properties/bytes/maximum" for kind in ("Metadata", "Receipt")],
+    "ARTIFACT_TEXT_MAX": [f"{R}#{S}Artifact{kind}/properties/{field}/maxLength" for kind in ("Metadata", "Receipt")
+                          for field in ("client_conversation_id", "client_turn_id", "name")],
+    "ARTIFACT_RUN_ID_LENGTH": [f"{R}#{S}Artifact{kind}/properties/run_id/{bound}" for kind in ("Metadata", "Receipt")
+                               for bound in ("minLength", "maxLength")],
+    "ARTIFACT_URL_MAX": [f"{R}#{S}ArtifactReceipt/properties/url/maxLength"],
     # ------------------------------------------------------------ tools and invocations
     "TOOL_DESCRIPTION_MAX": [f"{R}#{S}Tool/properties/description/maxLength",
                              f"{R}#{S}Tool/properties/description/description"],
@@ -160,14 +169,34 @@ TIED: dict[str, list[str]] = {
     "STATE_LENGTH[0]": [f"{U}#{S}CreateAuthorizationRequest/properties/state/minLength"],
     "STATE_LENGTH[1]": [f"{U}#{S}CreateAuthorizationRequest/properties/state/maxLength"],
     "DEVICE_LABEL_MAX": [f"{U}#{S}CreateAuthorizationRequest/properties/device_label/maxLength"],
-    "ON_BEHALF_OF_MAX": [f"{U}#{S}ApproveRequest/properties/on_behalf_of/maxLength"],
-    "SUBJECT_DISPLAY_NAME_MAX": [f"{U}#{S}ApproveRequest/properties/subject_display/properties/name/maxLength"],
+    "ON_BEHALF_OF_MAX": [f"{U}#{S}ApproveRequest/properties/on_behalf_of/maxLength",
+                         f"{U}#/paths/~1sessions/get/parameters/1/schema/maxLength",
+                         f"{U}#/paths/~1sessions/get/parameters/1/description"],
+    "SUBJECT_DISPLAY_NAME_MAX": [f"{U}#{S}ApproveRequest/properties/subject_display/properties/name/maxLength",
+                                 f"{U}#{S}ApproveRequest/properties/subject_display/properties/name/description",
+                                 f"{U}#{S}ApproveRequest/properties/subject_display/description",
+                                 f"{U}#{S}SubjectDisplay/description",
+                                 f"{U}#{S}SubjectDisplayUpdate/properties/subject_display/description",
+                                 f"{U}#{S}SubjectDisplayUpdate/properties/subject_display/properties/name/maxLength",
+                                 f"{U}#{S}SubjectDisplayUpdate/properties/subject_display/properties/name/description"],
+    "SUBJECT_DISPLAY_BODY_MAX_BYTES": [f"{U}#/paths/~1sessions~1{{session_id}}~1subject-display/put/description",
+                                       f"{U}#/paths/~1sessions~1{{session_id}}~1subject-display/put/responses/400/description"],
+    "SESSIONS_LIMIT[0]": [f"{U}#/paths/~1sessions/get/parameters/5/schema/default"],
+    "SESSIONS_LIMIT[2]": [f"{U}#/paths/~1sessions/get/parameters/5/schema/maximum",
+                          f"{U}#/paths/~1sessions/get/parameters/5/description",
+                          f"{U}#{S}BusinessSessionList/properties/list/maxItems"],
+    "SESSIONS_CURSOR_MAX": [f"{U}#/paths/~1sessions/get/parameters/6/schema/maxLength",
+                            f"{U}#/paths/~1sessions/get/parameters/6/description",
+                            f"{U}#{S}BusinessSessionList/properties/next_cursor/maxLength"],
     "GRANT_FIELD_MAX": [f"{U}#{S}AuthorizationCodeGrant/properties/code/maxLength",
                         f"{U}#{S}AuthorizationCodeGrant/properties/redirect_uri/maxLength",
                         f"{U}#{S}AuthorizationCodeGrant/properties/code_verifier/maxLength",
                         f"{U}#{S}RefreshTokenGrant/properties/refresh_token/maxLength"],
-    "PRINCIPAL_FIELD_MAX[id]": [f"{U}#{S}Principal/properties/id/maxLength"],
-    "PRINCIPAL_FIELD_MAX[tenant]": [f"{U}#{S}Principal/properties/tenant/maxLength"],
+    "PRINCIPAL_FIELD_MAX[id]": [f"{U}#{S}Principal/properties/id/maxLength",
+                                f"{U}#/paths/~1sessions/get/parameters/2/schema/maxLength",
+                                f"{U}#/paths/~1sessions/get/parameters/2/description"],
+    "PRINCIPAL_FIELD_MAX[tenant]": [f"{U}#{S}Principal/properties/tenant/maxLength",
+                                    f"{U}#/paths/~1sessions/get/parameters/3/schema/maxLength"],
     "PRINCIPAL_FIELD_MAX[audience]": [f"{U}#{S}Principal/properties/audience/maxLength"],
     "PRINCIPAL_FIELD_MAX[channel]": [f"{U}#{S}Principal/properties/channel/maxLength"],
     "PRINCIPAL_MAX_ROLES": [f"{U}#{S}Principal/properties/roles/maxItems"],
@@ -181,6 +210,7 @@ TIED: dict[str, list[str]] = {
                            f"{A}#{S}ToolApprovalList/properties/items/maxItems"],
     "APPROVALS_OFFSET_MAX": [f"{A}#/paths/~1tool-approvals/get/parameters/2/schema/maximum"],
     "APPROVAL_REASON_MAX": [f"{A}#{S}Decision/properties/reason/maxLength"],
+    "CONFIG_AUDIT_LIMIT[2]": [f"{A}#/paths/~1config-audit/get/parameters/0/description"],
     # ------------------------------------------------------------ task control
     "TASK_MAX_MEMBERS": [
         "admin-api.json#/components/schemas/AgentTask/properties/member_count/maximum",
@@ -238,6 +268,8 @@ TIED: dict[str, list[str]] = {
                         f"{R}#{S}Invocation/properties/result/properties/http_status/minimum"],
     "HTTP_STATUS_MAX": [f"{R}#{S}Invocation/properties/business_status/maximum",
                         f"{R}#{S}Invocation/properties/result/properties/http_status/maximum"],
+    "RATE_LIMIT_RETRY_AFTER_MS_MAX": [f"{R}#{S}Invocation/properties/retry_after_ms/maximum",
+                                      f"{A}#{S}ToolRateLimitRefusal/properties/retry_after_ms/maximum"],
 }
 
 # A limit in prose: "at most 64 KiB", "over 2 MiB", "more than 10", "clamped to 1-100".

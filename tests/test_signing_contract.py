@@ -167,3 +167,22 @@ def test_arguments_are_placed_as_core_places_them(crm_tools):
                             {"customer_id": "C-1", "body": "x"})
     assert (note.url, note.path_with_query, note.body) == (
         "https://crm.example.com/api/customers/C-1/notes", "/customers/C-1/notes", b'{"body":"x"}')
+
+
+def test_values_are_formatted_as_javascript_formats_them():
+    """§A.5: path and query values are String(value) (arrays comma-joined, objects `[object
+    Object]`, numbers in JavaScript's shortest form), the query form-encoded as URLSearchParams
+    does, integer-like argument names first, the body JSON.stringify's bytes."""
+    read = SimpleNamespace(method="GET", path="/items/{id}/{id}", locations={
+        "id": "path", "tags": "query", "big": "query", "on": "query", "obj": "query", "12": "query", "3": "query",
+        "tilde": "query"})
+    call = dispatch.prepare(read, "https://b.example/api", {
+        "id": "a b/~!*'()", "tags": ["x y", 1.0, None, [2, 0.1]], "big": 1e21, "on": False, "obj": {"k": 1},
+        "12": 12.5, "3": 3.0, "tilde": "~*-._"})
+    assert call.path_with_query == (
+        "/items/a%20b%2F~!*'()/a%20b%2F~!*'()?3=3&12=12.5&tags=x+y%2C1%2C%2C2%2C0.1&big=1e%2B21&on=false"
+        "&obj=%5Bobject+Object%5D&tilde=%7E*-._")
+    assert call.url == "https://b.example/api" + call.path_with_query
+    write = SimpleNamespace(method="POST", path="/items", locations={"b": "body", "7": "body", "n": "body"})
+    posted = dispatch.prepare(write, "https://b.example", {"b": {"z": 1.0, "10": [1e-7, "é"]}, "7": 5.0, "n": None})
+    assert posted.body == '{"7":5,"b":{"10":[1e-7,"é"],"z":1}}'.encode()

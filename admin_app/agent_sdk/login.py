@@ -20,6 +20,7 @@ import requests
 from . import auth
 from .errors import AgentAuthError, AgentSdkError, HubError
 from .http import answer, send
+from .models import SessionView, TokenSet
 from .session_store import DEFAULT_STORE, SessionStore, session_record
 
 DONE_PAGE = b"<!doctype html><title>Done</title><p>You can close this window and return to your agent.</p>"
@@ -68,6 +69,18 @@ def login(hub_url: str, client_app_id: str, routes: list[str], *, device_label: 
     http = http or store.http
     hub = hub_url.rstrip("/")
     revoke_stored(store)
+    tokens, view, issued_at = authorize(http, hub, client_app_id, routes, device_label=device_label,
+                                        open_url=open_url, timeout=timeout)
+    record = session_record(hub, tokens, view, issued_at)
+    store.save(record)
+    return record
+
+
+def authorize(http: requests.Session, hub: str, client_app_id: str, routes: list[str], *,
+              device_label: str | None, open_url: Callable[[str], object] | None,
+              timeout: float) -> tuple[TokenSet, SessionView, float]:
+    """The browser flow alone: the tokens, the session's view, and when the tokens were issued.
+    Nothing is stored; the caller keeps the session where it belongs."""
     verifier, challenge = auth.pkce_pair()
     state = secrets.token_urlsafe(24)
     server = HTTPServer(("127.0.0.1", 0), _Callback)
@@ -102,6 +115,4 @@ def login(hub_url: str, client_app_id: str, routes: list[str], *, device_label: 
                                      endpoint), endpoint)
     if view.session_id != tokens.session_id:
         raise AgentAuthError("the session view belongs to another session")
-    record = session_record(hub, tokens, view, issued_at)
-    store.save(record)
-    return record
+    return tokens, view, issued_at

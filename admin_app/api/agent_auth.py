@@ -7,7 +7,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 from .. import limits
 from .. import surfaces
 from ..errors import ApiError, invalid_request, unauthorized
-from ..identity import agent_auth, tokens
+from ..identity import agent_auth, business_sessions, tokens
 from ..identity.clients import authenticate_client_token
 from ..identity.rate_limit import SharedWindowLimit
 from ..identity.sessions import revoke_by_access_token, revoke_by_refresh_token, session_view
@@ -15,6 +15,7 @@ from ..identity.tokens import bearer_from_header
 from ..validation import Checker
 from .auth import agent_session_required, database
 from .body import read_empty_object, read_json_object, read_raw
+from .query import query_params
 
 bp = Blueprint("agent_auth", __name__, url_prefix=surfaces.AGENT_AUTH.prefix)
 
@@ -140,3 +141,26 @@ def revoke_by_client(session_id: str):
     with database().session() as db:
         client = _client_from_token(db)
         return jsonify(agent_auth.revoke_for_client(db, client, session_id))
+
+
+@bp.get("/sessions")
+def list_sessions():
+    """The client's sessions, filtered, newest first, paged by a cursor bound to the filters."""
+    with database().session() as db:
+        client = _client_from_token(db)
+        query = business_sessions.parse_list_query(query_params(optional=business_sessions.LIST_PARAMETERS))
+        return jsonify(business_sessions.list_sessions(db, client, query))
+
+
+def _display_body_too_large(max_bytes: int, observed: int) -> ApiError:
+    # BUSINESS_SIDE.md §H.2 names no 413 here: an oversized body is an invalid request.
+    return ApiError("invalid_request", f"The body exceeds {max_bytes} bytes.")
+
+
+@bp.put("/sessions/<session_id>/subject-display")
+def set_subject_display(session_id: str):
+    with database().session() as db:
+        client = _client_from_token(db)
+        body = read_json_object(limits.SUBJECT_DISPLAY_BODY_MAX_BYTES, _display_body_too_large)
+        business_sessions.check_subject_display_body(body)
+        return jsonify(business_sessions.set_subject_display(db, client, session_id, body))

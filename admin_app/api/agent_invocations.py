@@ -12,6 +12,7 @@ from .. import surfaces
 from ..errors import ApiError
 from ..identity.tokens import bearer_from_header
 from ..invocations import results, service
+from ..runtime.pause import refuse_when_paused
 from .body import read_empty_object, read_json_object
 
 bp = Blueprint("agent_invocations", __name__, url_prefix=surfaces.AGENT_INVOCATIONS)
@@ -31,9 +32,18 @@ def _authenticated_first() -> None:
     service.authenticate(_database(), _bearer())
 
 
+@service.guarded  # the database failing here answers as it does anywhere else in a call
+def _not_paused() -> None:
+    """A new call, and the resume of any call (even one whose stable result is stored), is
+    refused while the hub is paused, before the body is read (BUSINESS_SIDE.md § E.2)."""
+    with _database().session() as db:
+        refuse_when_paused(db)
+
+
 @bp.post("")
 def invoke():
     _authenticated_first()
+    _not_paused()
     body = read_json_object(limits.INVOCATION_ENVELOPE_MAX_BYTES, service.envelope_too_large)
     return jsonify(service.invoke(_database(), _bearer(), body))
 
@@ -47,6 +57,7 @@ def _no_query_string() -> None:
 def resume(invocation_id: str):
     _authenticated_first()
     service.invocation_path_id(invocation_id)
+    _not_paused()
     # The official client sends no body at all; `{}` is accepted too.
     read_empty_object("resume", limits.RESUME_BODY_MAX_BYTES, service.envelope_too_large)
     return jsonify(service.resume(_database(), _bearer(), invocation_id))

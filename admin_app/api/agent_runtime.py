@@ -8,9 +8,11 @@ from .. import limits
 from .. import surfaces
 from ..catalog.projection import project
 from ..errors import ApiError, invalid_request
+from ..identity import client_gate
 from ..identity.workspace import resolve_route, workspace_routes
 from ..invocations.service import envelope_too_large
 from ..runtime import capability_search, knowledge, profile
+from ..runtime.pause import refuse_when_paused
 from ..runtime.system_info import system_info as describe_system
 from ..runtime.turns import complete_run, prepare_turn
 from ..validation import RESOURCE_KEY, Checker
@@ -64,6 +66,7 @@ def system_info(route_key: str):
 @agent_session_required
 def turns(route_key: str):
     _path_route(route_key)
+    refuse_when_paused(g.db)  # before the body is read (BUSINESS_SIDE.md § E.2)
     body = _body(limits.RUNTIME_BODY_MAX_BYTES)
     route = _runtime_route(route_key)
     return jsonify(prepare_turn(g.db, g.agent_session, route, body))
@@ -120,6 +123,17 @@ def _enabled(settings: dict) -> None:
         raise ApiError("knowledge_unavailable")
 
 
+def _client_gate() -> None:
+    """A search is charged to its client's bucket, as a tool call is (BUSINESS_SIDE §D.1; Core's
+    /kb/search shares it); refused, 429 `rate_limited` with the exact wait in Retry-After."""
+    refused = client_gate.check(g.db, g.agent_session.client_app_id)
+    if refused is not None:
+        err = ApiError("rate_limited", "This client's shared rate limit is reached; "
+                                       "search again after Retry-After seconds.")
+        err.headers["Retry-After"] = str(-(-refused.wait_ms // 1000))
+        raise err
+
+
 @bp.post("/workspaces/<route_key>/knowledge/search")
 @agent_session_required
 def knowledge_search(route_key: str):
@@ -136,6 +150,7 @@ def knowledge_search(route_key: str):
     if checker.problems:
         raise invalid_request(checker)
     _enabled(settings)
+    _client_gate()
     limit = body.get("limit", _default_results(settings))
     rows = knowledge.search(g.db, route.route_key, body["query"], limit, settings["max_docs"])
     return jsonify({"schema": "bailing.agent-knowledge-search.v1", "route": route.route_key,

@@ -12,6 +12,7 @@ from ..identity.roles import permissions_of
 from ..identity.sessions import authenticate_access
 from ..identity.tokens import bearer_from_header
 from ..observability import read_source
+from .config_changes import note_write
 
 
 def database():
@@ -56,7 +57,8 @@ def admin_permission_required(permission: str | None):
                 if permission is not None and permission not in permissions_of(admin.role):
                     raise ApiError("forbidden", f"This requires the {permission} permission.")
                 g.db, g.admin = db, admin
-                return view(*args, **kwargs)
+                # A successful write is recorded as a configuration change, committed with it.
+                return note_write(db, admin.username, view(*args, **kwargs))
 
         return wrapper
 

@@ -20,6 +20,7 @@ from jsonschema import Draft202012Validator
 from .. import limits
 from ..canonical import sha256_json
 from .public_schema import byte_size, public_input_schema
+from .rate_limits import declared
 from .text_bounds import Bounded, bound_description, bound_guidance
 
 # Bump whenever a change here alters what agents are shown; revisions then change with it.
@@ -62,6 +63,9 @@ class Tool:
     guidance: Bounded
     usage_guidance_available: bool
     execution_fingerprint: str
+    # ACC `execution.rate_limit` as (count, window seconds); None when absent or invalid. A gate
+    # before dispatch, not part of the execution fingerprint: a changed limit runs nothing else.
+    rate_limit: tuple[int, int] | None = None
 
 
 @dataclass
@@ -269,6 +273,20 @@ def _short_description(op: dict, acc: dict) -> str:
     return ""
 
 
+def _without_invalid_rate_limit(acc: Any, op_id: Any, warnings: list) -> Any:
+    """An invalid `execution.rate_limit` means no limit (Core, BUSINESS_SIDE §D.2), with a
+    warning, rather than refusing the whole provider: the declaration is dropped before the ACC
+    is checked."""
+    execution = acc.get("execution") if isinstance(acc, dict) else None
+    if not isinstance(execution, dict) or "rate_limit" not in execution \
+            or declared(execution["rate_limit"]) is not None:
+        return acc
+    warnings.append({"code": "rate_limit_declaration_invalid", "tool": op_id if isinstance(op_id, str) else None,
+                     "message": "execution.rate_limit is not {count: positive integer, window: 1s|1m|1h|1d}; "
+                                "the tool has no declared rate limit"})
+    return {**acc, "execution": {k: v for k, v in execution.items() if k != "rate_limit"}}
+
+
 def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -> CompiledProvider:
     result = CompiledProvider(name)
     problems: list[tuple[str, str]] = []
@@ -285,7 +303,7 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
                 continue
             op_id = op.get("operationId")
             where = f"paths.{path}.{method} ({op_id})" if isinstance(op_id, str) else f"paths.{path}.{method}"
-            acc = op["x-agent-capability"]
+            acc = _without_invalid_rate_limit(op["x-agent-capability"], op_id, result.warnings)
             errors = sorted(_acc_validator().iter_errors(acc), key=lambda e: list(e.absolute_path))
             if errors:
                 for err in errors:
@@ -359,7 +377,8 @@ def compile_provider(name: str, openapi: dict, base_url: str, timeout_ms: int) -
                                                               "usage_guidance_available",
                                                               "public_schema")},
             })
-            result.tools[op_id] = Tool(**tool, execution_fingerprint=fingerprint)
+            result.tools[op_id] = Tool(**tool, execution_fingerprint=fingerprint,
+                                       rate_limit=declared(execution.get("rate_limit")))
     if problems:
         raise CompileError(problems)
     return result

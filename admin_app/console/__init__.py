@@ -6,8 +6,8 @@ from zoneinfo import ZoneInfo
 
 from flask import Flask, current_app
 
-from . import (access_log, admins, approvals, auth, conversations, delivery, error_pages, notifications, runs,
-               security, tasks, text)
+from . import (access_log, admins, approvals, auth, conversations, delivery, error_pages, notifications, pause,
+               runs, security, tasks, text)
 
 
 def init_app(app: Flask) -> None:
@@ -26,6 +26,10 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(tasks.bp)
     app.register_blueprint(access_log.bp)
     app.register_blueprint(admins.bp)
+    from . import providers  # tool providers: spec pull and probes
+
+    app.register_blueprint(providers.bp)
+    pause.init_app(app)  # the control, and the banner on every page while paused
 
 
 def display_time(value: str, precise: bool = False) -> str:

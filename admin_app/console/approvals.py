@@ -198,7 +198,8 @@ def decide(approval_id: str):
     with database().session() as db:
         admin = db.get(Admin, current_user.admin_id)
         try:
-            service.decide(db, admin, approval_id, "approved" if decision == "approve" else "denied", body)
+            service.decide(db, admin, approval_id, "approved" if decision == "approve" else "denied", body,
+                           door="console")
         except ApiError as err:
             db.rollback()
             plain = err.code == "invalid_request" and decision == "approve"  # the hash field, not a reason

@@ -140,7 +140,9 @@ def create_consent_blueprint(hub_url: str, client_tokens: dict[str, str]) -> Blu
             body = {"principal": {"id": username, "tenant": user["tenant"], "roles": user["roles"],
                                   "audience": user["audience"]},
                     "on_behalf_of": f"{user['tenant']}:{username}",
-                    "allowed_routes": ctx.json()["requested_routes"]}
+                    "allowed_routes": ctx.json()["requested_routes"],
+                    # The name the agent may show for the person it acts for (never used to authorize).
+                    "subject_display": {"name": user["name"]}}
             response = hub(system, "POST", f"/agent-auth/v1/authorizations/{authorization_id}/approve", json=body)
         else:
             response = hub(system, "POST", f"/agent-auth/v1/authorizations/{authorization_id}/deny", json={})

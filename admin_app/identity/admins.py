@@ -104,6 +104,13 @@ def record(db: Session, actor: Actor, action: str, target: Admin, **detail) -> N
                 "target": target.username, "detail": json.dumps(detail)})
 
 
+def record_hub_change(db: Session, actor: Actor, action: str, **detail) -> None:
+    """A change to the hub itself (a pause, a resume) in the same trail; it names no admin."""
+    db.execute(text("INSERT INTO bz_admin_events (actor_admin_id, actor, action, target_admin_id, target, detail) "
+                    "VALUES (:aid, :actor, :action, NULL, 'hub', CAST(:detail AS jsonb))"),
+               {"aid": actor.admin_id, "actor": actor.name, "action": action, "detail": json.dumps(detail)})
+
+
 def create_admin(db: Session, username: str, role: str, password: str, actor: Actor | None = None) -> dict:
     if not USERNAME.match(username):
         raise ApiError("invalid_request", "username must match ^[a-z0-9][a-z0-9._-]{1,63}$")

@@ -21,11 +21,11 @@ from .. import limits
 from ..canonical import iso, utc_now
 from ..errors import ApiError, invalid_request
 from ..validation import Checker, join
-from . import tokens
+from . import subject_display, tokens
 from .authorize_page import page_url_valid, sessions_usable
 from .models import AgentAuthorization, AgentSession, ClientApp, RefreshHistory
 from .sessions import (UNLABELLED_DEVICE, access_expiry, check_principal, issue_session,
-                       revoke_row)
+                       revoke_row, session_state)
 
 AUTHORIZATION_TTL = 600
 CODE_TTL = 120
@@ -163,12 +163,6 @@ def _seconds_until(moment: datetime, now: datetime) -> int:
     return max(0, math.ceil((moment - now).total_seconds()))
 
 
-def _session_state(session: AgentSession, now: datetime) -> str:
-    if session.revoked_at is not None:
-        return "revoked"
-    return "expired" if session.refresh_expires_at <= now else "active"
-
-
 def context(db: Session, client: ClientApp, authorization_id: str) -> dict:
     """What a business page may show: never the state, the challenge or the callback. The flat
     `client_app_id`, `client_name`, `device_label` and `expires_in` repeat the nested fields
@@ -183,8 +177,10 @@ def context(db: Session, client: ClientApp, authorization_id: str) -> dict:
             "expires_in": _seconds_until(row.expires_at, now)}
     session = db.get(AgentSession, row.session_id) if row.session_id is not None else None
     if session is not None:
-        view["session"] = {"session_id": str(session.id), "state": _session_state(session, now),
-                           "expires_at": iso(session.refresh_expires_at)}
+        state = session_state(session.revoked_at, session.refresh_expires_at, now)
+        view["session"] = {"session_id": str(session.id), "state": state,
+                           "expires_at": iso(session.refresh_expires_at),
+                           **subject_display.view(session.subject_display)}
         if session.revoked_at is not None:
             view["session"]["revoked_at"] = iso(session.revoked_at)
     return view
@@ -204,15 +200,6 @@ def _redirect(row: AgentAuthorization, **params) -> str:
     return row.redirect_uri + separator + urlencode({**params, "state": row.state})
 
 
-def _subject_display(checker: Checker, value, path: str) -> None:
-    """Accepted for compatibility with business backends that send it; this hub keeps no
-    display name, so it is checked and not stored."""
-    if value is None:
-        return
-    if checker.obj(value, path, required=("name",)) is not None and "name" in value:
-        _non_blank(checker, value["name"], join(path, "name"), limits.SUBJECT_DISPLAY_NAME_MAX)
-
-
 def check_approve(body: dict) -> None:
     checker = Checker()
     checker.obj(body, "", required=("principal", "on_behalf_of", "allowed_routes"),
@@ -224,7 +211,7 @@ def check_approve(body: dict) -> None:
     if "allowed_routes" in body:
         _routes(checker, body["allowed_routes"], "allowed_routes")
     if "subject_display" in body:
-        _subject_display(checker, body["subject_display"], "subject_display")
+        subject_display.check(checker, body["subject_display"], "subject_display")
     if checker.problems:
         raise invalid_request(checker)
 
@@ -242,6 +229,7 @@ def approve(db: Session, client: ClientApp, authorization_id: str, body: dict) -
     row.status, row.decided_at = "approved", utc_now()
     row.principal, row.on_behalf_of = body["principal"], body["on_behalf_of"]
     row.approved_routes = list(body["allowed_routes"])
+    row.subject_display = subject_display.stored(body.get("subject_display"))
     row.code_hash, row.code_expires_at = code_hash, utc_now() + timedelta(seconds=CODE_TTL)
     return {"redirect_uri": _redirect(row, code=code)}
 
@@ -329,7 +317,8 @@ def _exchange_code(db: Session, client: ClientApp, body: dict, access_ttl: int, 
     now = utc_now()  # not later than the moment issue_session counts the lifetimes from
     issued = issue_session(db, client_app_id=row.client_app_id, routes=list(row.approved_routes),
                            principal=row.principal, on_behalf_of=row.on_behalf_of,
-                           access_ttl=access_ttl, refresh_ttl=refresh_ttl, device_label=row.device_label)
+                           access_ttl=access_ttl, refresh_ttl=refresh_ttl, device_label=row.device_label,
+                           subject_display=row.subject_display)
     row.status, row.session_id = EXCHANGED, uuid.UUID(issued["session_id"])
     session = db.get_one(AgentSession, row.session_id)
     return token_response(session, issued["access_token"], issued["refresh_token"], now)
@@ -353,7 +342,8 @@ def token_response(session: AgentSession, access_token: str, refresh_token: str,
             "expires_in": _whole_seconds_left(session.access_expires_at, now),
             "refresh_token": refresh_token,
             "refresh_expires_in": _whole_seconds_left(session.refresh_expires_at, now),
-            "session_id": str(session.id), "client_app_id": session.client_app_id}
+            "session_id": str(session.id), "client_app_id": session.client_app_id,
+            **subject_display.view(session.subject_display)}
 
 
 def _refresh(db: Session, body: dict, access_ttl: int) -> dict:

@@ -22,6 +22,8 @@ class ClientApp(Base):
     allowed_routes: Mapped[list[str]] = mapped_column(ARRAY(Text))
     enabled: Mapped[bool]
     agent_authorize_url: Mapped[str | None]
+    # The client gate (sql/079, identity/client_gate.py): calls a minute for the whole client; 0 = off.
+    rate_limit_per_min: Mapped[int] = mapped_column(default=0)
     client_token_hash: Mapped[str | None]
     client_token_issued_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
@@ -60,6 +62,21 @@ class ToolProvider(Base):
     timeout_ms: Mapped[int]
     compiler_version: Mapped[int | None]
     compile_warnings: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list)
+    # Tool rate-limit policies (sql/074): the provider gate per minute (0 = off), and the
+    # operator's policy over the tools' declarations (None = the declarations as they are).
+    rate_limit_per_min: Mapped[int] = mapped_column(default=120)
+    tool_rate_limits: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    # Spec pull (sql/078, admin_app/providers): where `openapi` is pulled from, how its access is
+    # verified and how often it is pulled again; the pull's and the probes' last results.
+    spec_url: Mapped[str | None] = mapped_column(nullable=True)
+    spec_access_policy: Mapped[str] = mapped_column(default="signed_required")
+    auto_refresh_min: Mapped[int] = mapped_column(default=0)
+    spec_refreshed_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    spec_pull_attempted_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    spec_pull_status: Mapped[str | None] = mapped_column(nullable=True)
+    spec_pull_error: Mapped[str | None] = mapped_column(nullable=True)
+    spec_access_probe: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    authz_probe: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     updated_at: Mapped[datetime] = mapped_column(server_default="now()")
 
@@ -82,6 +99,7 @@ class AgentSession(Base):
     refreshed_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
     task_enrolled: Mapped[bool] = mapped_column(default=False)
+    subject_display: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))  # sql/076
 
 
 class Admin(Base):
@@ -128,6 +146,7 @@ class AgentAuthorization(Base):
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     expires_at: Mapped[datetime]
     decided_at: Mapped[datetime | None]
+    subject_display: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))  # sql/076
 
 
 class RefreshHistory(Base):

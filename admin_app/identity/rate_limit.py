@@ -5,6 +5,10 @@ every worker of every host on that database admits `limit` in total, and a resta
 nothing. A hit is one upsert in its own short transaction (see the migration for why it is exact
 under concurrency); a refused hit writes nothing.
 
+`admit_all` is the tool gates' limiter (sql/074_tool_rate_limits.sql): several buckets checked
+together and charged only when all have room, in the caller's transaction, each bucket's row
+locked in key order; a refusal says when the oldest admission that keeps it full leaves.
+
 WindowLimit counts in process memory. It stands in only while the table is missing (a database
 not yet upgraded): the limit then holds per process, as it did before the table existed, instead
 of failing every request it guards.
@@ -16,7 +20,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import psycopg
 from sqlalchemy import text
@@ -121,3 +126,90 @@ class SharedWindowLimit:
             self._warned = True
             log.warning("bz_rate_limits is missing (run bailing-admin db upgrade): the %s limit "
                         "is counted by each process on its own", self.name)
+
+
+# ---------------------------------------------------------------- several buckets at once
+
+@dataclass(frozen=True)
+class Bucket:
+    """At most `limit` admissions under `key` in any `window_seconds` (a sliding-window log)."""
+    key: str
+    limit: int
+    window_seconds: int
+
+
+# Buckets whose last admission has left its window, with their admissions; a few per check,
+# rows another check holds are left for a later one.
+_SWEEP_BUCKETS = text("""
+    DELETE FROM bz_tool_rate_buckets WHERE bucket IN (
+        SELECT bucket FROM bz_tool_rate_buckets WHERE expires_at < clock_timestamp()
+        ORDER BY expires_at LIMIT :rows FOR UPDATE SKIP LOCKED)
+""")
+_LOCK = text("SELECT held FROM bz_tool_rate_buckets WHERE bucket = :key FOR UPDATE")
+# A new bucket expires one window on, so that no sweep takes it before its first admission.
+_CREATE = text("""
+    INSERT INTO bz_tool_rate_buckets (bucket, held, expires_at)
+    VALUES (:key, 0, clock_timestamp() + make_interval(secs => :window))
+    ON CONFLICT (bucket) DO NOTHING
+""")
+# The admissions that have left the window (at or before now - window), and the count that
+# remains.
+_SLIDE = text("""
+    WITH gone AS (DELETE FROM bz_tool_rate_admissions
+                  WHERE bucket = :key AND admitted_at <= CAST(:now AS timestamptz) - make_interval(secs => :window)
+                  RETURNING 1)
+    UPDATE bz_tool_rate_buckets SET held = held - (SELECT count(*) FROM gone)
+    WHERE bucket = :key RETURNING held
+""")
+# The admission whose leaving frees a place: with `held` in the window and room for `limit`,
+# the (held - limit)-th oldest, counted from 0. Its time plus the window, from now, in ms (>= 1).
+_RETRY = text("""
+    SELECT GREATEST(1, CEIL(EXTRACT(EPOCH FROM (admitted_at + make_interval(secs => :window)
+                                                - CAST(:now AS timestamptz))) * 1000))::bigint
+    FROM bz_tool_rate_admissions WHERE bucket = :key
+    ORDER BY admitted_at OFFSET :skip LIMIT 1
+""")
+_CHARGE = text("""
+    WITH admitted AS (INSERT INTO bz_tool_rate_admissions (bucket, admitted_at) VALUES (:key, :now))
+    UPDATE bz_tool_rate_buckets
+       SET held = held + 1,
+           expires_at = GREATEST(expires_at, CAST(:now AS timestamptz) + make_interval(secs => :window))
+     WHERE bucket = :key
+""")
+
+
+def _lock(db: Session, bucket: Bucket) -> None:
+    """Hold `bucket`'s row for the rest of the transaction, creating it when it is new."""
+    params = {"key": bucket.key, "window": float(bucket.window_seconds)}
+    for _ in range(3):  # a bucket swept between its creation and our lock is made again
+        if db.execute(_LOCK, params).first() is not None:
+            return
+        db.execute(_CREATE, params)
+    raise RuntimeError(f"rate-limit bucket {bucket.key} could not be locked")
+
+
+def admit_all(db: Session, buckets: Sequence[Bucket]) -> tuple[Bucket, int] | None:
+    """One admission in every bucket, in `db`'s transaction, or in none: None when all had
+    room (all charged); else the refusing bucket that frees last and its wait in ms (nothing
+    charged). The buckets' rows stay locked until the transaction ends, so concurrent callers,
+    on any host, are counted one after the other and the limits are exact. Locked in key order,
+    so that two calls over the same buckets never wait on each other in a cycle."""
+    db.execute(_SWEEP_BUCKETS, {"rows": SWEEP_ROWS})
+    ordered = sorted({b.key: b for b in buckets}.values(), key=lambda b: b.key)
+    for bucket in ordered:
+        _lock(db, bucket)
+    # The clock once the locks are held: later than every admission a previous holder wrote.
+    now = db.execute(text("SELECT clock_timestamp()")).scalar_one()
+    refusals: list[tuple[int, Bucket]] = []
+    for bucket in ordered:
+        params = {"key": bucket.key, "window": float(bucket.window_seconds), "now": now}
+        held = int(db.execute(_SLIDE, params).scalar_one())
+        if held >= bucket.limit:
+            wait = db.execute(_RETRY, {**params, "skip": held - bucket.limit}).scalar_one()
+            refusals.append((int(wait), bucket))
+    if refusals:
+        wait, bucket = max(refusals, key=lambda r: r[0])
+        return bucket, wait
+    for bucket in ordered:
+        db.execute(_CHARGE, {"key": bucket.key, "window": float(bucket.window_seconds), "now": now})
+    return None

@@ -18,6 +18,7 @@ from ..canonical import iso, sha256_json, utc_now
 from ..db import attach_loaded, pipelined
 from ..errors import ApiError, invalid_request
 from ..validation import Checker, Invalid, join
+from . import subject_display as display
 from . import tokens
 from .authorize_page import sessions_usable
 from .models import AgentSession, ClientApp
@@ -63,7 +64,10 @@ def issue_session(
     refresh_ttl: int,
     device_label: str | None = None,
     task_enrolled: bool = False,
+    subject_display: dict | None = None,
 ) -> dict:
+    """`subject_display` is a stored value (identity/subject_display.py), as an approved
+    authorization holds it."""
     checker = Checker()
     checker.resource_key(client_app_id, "client")
     if checker.string_list(routes, "routes", max_items=64) is not None:
@@ -111,6 +115,7 @@ def issue_session(
         refresh_expires_at=refresh_expires,
         identity_hash=identity_hash(client_app_id, principal, on_behalf_of),
         task_enrolled=task_enrolled,
+        subject_display=subject_display,
     )
     db.add(row)
     db.flush()
@@ -172,6 +177,7 @@ def session_view(row: AgentSession) -> dict:
         "session_id": str(row.id),
         "client_app_id": row.client_app_id,
         "device_label": row.device_label or UNLABELLED_DEVICE,
+        **display.view(row.subject_display),
         "principal": row.principal,
         "on_behalf_of": row.on_behalf_of,
         "allowed_routes": list(row.allowed_routes),
@@ -181,6 +187,14 @@ def session_view(row: AgentSession) -> dict:
         "access_expires_at": iso(row.access_expires_at),
         "task_enrolled": row.task_enrolled,
     }
+
+
+def session_state(revoked_at: datetime | None, refresh_expires_at: datetime, now: datetime) -> str:
+    """A session as the business backend sees it: `revoked`, or `expired` once its refresh
+    expiry has passed, else `active`."""
+    if revoked_at is not None:
+        return "revoked"
+    return "expired" if refresh_expires_at <= now else "active"
 
 
 def revoke_row(row: AgentSession) -> dict:

@@ -124,6 +124,9 @@ def item_view(approval: Approval, inv: Invocation, session: AgentSession | None)
         "decided_by": approval.decided_by,
         "decision_reason": approval.decision_reason,
         "reason": approval.decision_reason,
+        "decision_id": approval.decision_id,
+        "decided_via": approval.decided_via,
+        "decided_credential": approval.decided_credential,
         "consumed_at": iso(approval.consumed_at),
         "expires_at": iso(approval.expires_at),
         "expired": expired(approval, utc_now()),
@@ -157,7 +160,11 @@ def snapshot(db: Session, approval_ref: str) -> Approval:
     return approval
 
 
-def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: dict) -> dict:
+DOORS = ("console", "admin_api", "business_system")  # where a decision came from (sql/075)
+
+
+def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: dict,
+           door: str = "admin_api") -> dict:
     checker = Checker()
     checker.obj(body, "", required=("args_hash",), optional=("reason",))
     if "args_hash" in body:
@@ -181,7 +188,7 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
         .where(Approval.id == approval_id, decidable_clause(now),
                Approval.args_hash == body["args_hash"])
         .values(status=decision, decided_by=admin.username, decided_at=now,
-                decision_reason=reason)
+                decision_reason=reason, decided_via=door)
         .returning(Approval.id)).first()
     if decided is None:
         current = db.get(Approval, approval_id)
@@ -193,16 +200,20 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
             raise ApiError("approval_expired")
         raise ApiError("approval_snapshot_changed")
     if decision == "denied":
-        # A denied call never reaches the business system: the invocation ends here.
-        ended = db.execute(text("""
-            UPDATE bz_tool_invocations SET status = 'denied', reason = 'approval_denied', updated_at = now()
-            WHERE id = (SELECT job_id FROM bz_tool_approvals WHERE id = :id) AND status = 'awaiting_approval'"""),
-            {"id": approval_id})
-        assert isinstance(ended, CursorResult)  # an UPDATE's result, which counts its rows
-        if ended.rowcount:
-            tool_call_outcome(db, "denied")
-            metering.release(db, job_id, "approval_denied")  # a task's write budget comes back now
+        end_denied(db, approval_id)
     db.expire_all()
     # `ok` and `rerun` as upstream answers a decision: an agent's call never reruns by itself,
     # the agent resumes it.
     return {**item_view(*get(db, str(approval_id))), "ok": True, "rerun": False}
+
+
+def end_denied(db: Session, approval_id: uuid.UUID) -> None:
+    """A denied call never reaches the business system: its invocation ends here, whoever denied."""
+    job_id = db.scalar(select(Approval.job_id).where(Approval.id == approval_id))
+    ended = db.execute(text("""
+        UPDATE bz_tool_invocations SET status = 'denied', reason = 'approval_denied', updated_at = now()
+        WHERE id = :job AND status = 'awaiting_approval'"""), {"job": job_id})
+    assert isinstance(ended, CursorResult)  # an UPDATE's result, which counts its rows
+    if ended.rowcount:
+        tool_call_outcome(db, "denied")
+        metering.release(db, job_id, "approval_denied")  # a task's write budget comes back now

@@ -11,14 +11,14 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, quote_plus
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from .. import limits
+from .. import js_json, limits
 from ..deadline import Deadline
 from . import signing
 
@@ -43,31 +43,39 @@ class Outcome:
         return self.failure is not None
 
 
-def _query_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def _path_segment(value: Any) -> str:
+    """encodeURIComponent(String(value)): only `A-Z a-z 0-9 - _ . ! ~ * ' ( )` left bare."""
+    return quote(js_json.string(value), safe="!~*'()")
+
+
+def _form(text: str) -> str:
+    """One name or value as URLSearchParams serialises it (application/x-www-form-urlencoded):
+    space as `+`, only `A-Z a-z 0-9 * - . _` left bare (so `~` is `%7E`)."""
+    return quote_plus(text, safe="*").replace("~", "%7E")
 
 
 def prepare(tool, base_url: str, arguments: dict) -> PreparedCall:
     """Split the flat arguments back into path, query and JSON body, as the compiler merged them,
-    placed as Core places them (BUSINESS_SIDE §A.5): a null argument is left out, a GET has no
-    body, any other method a JSON body of at least `{}`."""
+    placed and formatted byte for byte as Core places them (BUSINESS_SIDE §A.5): a null argument
+    is left out, path and query values are JavaScript's String(value), a GET has no body, any
+    other method JSON.stringify's body of at least `{}`."""
     path = tool.path
     query: list[tuple[str, str]] = []
     fields: dict[str, Any] = {}
     locations = set(tool.locations.values())
     body_mode = "whole" if "whole_body" in locations else "fields" if "body" in locations else None
     payload: Any = None
-    for name, value in arguments.items():
+    # In the order JavaScript holds the parsed arguments (integer-like names first).
+    for name in js_json.key_order(arguments):
+        value = arguments[name]
         if value is None:
             continue
         where = tool.locations.get(name)
         if where == "path":
-            path = path.replace("{" + name + "}", quote(_query_value(value), safe=""))
+            path = path.replace("{" + name + "}", _path_segment(value))
         elif where == "query":
-            for item in value if isinstance(value, list) else [value]:
-                query.append((name, _query_value(item)))
+            # String(value), as Core sends it: an array comma-joined, an object `[object Object]`.
+            query.append((name, js_json.string(value)))
         elif where == "body":
             fields[name] = value
         elif where == "whole_body":
@@ -76,8 +84,8 @@ def prepare(tool, base_url: str, arguments: dict) -> PreparedCall:
         payload = fields
     body = b""
     if tool.method.upper() != "GET":
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    suffix = path + ("?" + urlencode(query) if query else "")
+        body = js_json.stringify(payload).encode("utf-8")  # JSON.stringify's bytes
+    suffix = path + ("?" + "&".join(f"{_form(k)}={_form(v)}" for k, v in query) if query else "")
     # Signed as the spec declares the operation: the base URL's own path is not part of it.
     return PreparedCall(tool.method, base_url.rstrip("/") + suffix, suffix, body)
 
@@ -97,9 +105,15 @@ def send(call: PreparedCall, *, secret: str, job_id: str, scope: str, on_behalf_
         session.mount("https://", _WatchedAdapter())
         _watching.deadline = deadline
         try:
-            with session.request(call.method, call.url, data=call.body or None, headers=headers,
-                                 timeout=(min(timeout, 10), timeout), stream=True,
-                                 allow_redirects=False) as response:
+            prepared = session.prepare_request(requests.Request(call.method, call.url, data=call.body or None,
+                                                                headers=headers))
+            # Exactly the target that was signed: requests re-quotes a URL (`%7E` would leave as
+            # `~`), and a business system verifying over the raw request target would refuse it.
+            prepared.url = call.url
+            # stream=True: the body is read piece by piece below, never more than the cap.
+            settings = session.merge_environment_settings(prepared.url, {}, True, None, None)
+            with session.send(prepared, timeout=(min(timeout, 10), timeout), allow_redirects=False,
+                              **settings) as response:
                 raw = bytearray()
                 for piece in response.iter_content(64 * 1024):
                     raw.extend(piece)
@@ -112,6 +126,55 @@ def send(call: PreparedCall, *, secret: str, job_id: str, scope: str, on_behalf_
             return Outcome(None, failure=TIMED_OUT if deadline.expired else type(err).__name__)
         finally:
             _watching.deadline = None
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A whole answer (status and body), or why there is none: `failure` set, `status` too when
+    the answer started (a body over the cap, cut off by the deadline)."""
+
+    status: int | None
+    body: bytes = b""
+    failure: str | None = None
+
+
+def fetch(method: str, url: str, *, headers: dict[str, str], body: bytes = b"", seconds: float,
+          max_bytes: int) -> Fetched:
+    """One request under one deadline for the whole exchange, redirects not followed (a 3xx is
+    an answer like any other), at most `max_bytes` read: a Content-Length above it fails before
+    the body is read, a longer body fails as it streams in. For the hub's own checks of a
+    business system (spec pulls, probes), which judge the answer themselves."""
+    with Deadline(seconds) as deadline, requests.Session() as session:
+        session.mount("http://", _WatchedAdapter())
+        session.mount("https://", _WatchedAdapter())
+        _watching.deadline = deadline
+        try:
+            with session.request(method, url, data=body or None, headers=headers, stream=True,
+                                 timeout=(seconds, seconds), allow_redirects=False) as response:
+                declared = response.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    return Fetched(response.status_code, failure=f"the answer is larger than {max_bytes} bytes")
+                raw = bytearray()
+                for piece in response.iter_content(64 * 1024):
+                    raw.extend(piece)
+                    if len(raw) > max_bytes:
+                        return Fetched(response.status_code, failure=f"the answer is larger than {max_bytes} bytes")
+                if deadline.expired:
+                    return Fetched(response.status_code, failure=f"no complete answer within {seconds:g} s")
+                return Fetched(response.status_code, bytes(raw))
+        except requests.RequestException as err:
+            if deadline.expired:
+                return Fetched(None, failure=f"no complete answer within {seconds:g} s")
+            return Fetched(None, failure=_transport_failure(err))
+        finally:
+            _watching.deadline = None
+
+
+def _transport_failure(err: requests.RequestException) -> str:
+    """What went wrong, without the exception's text (which can carry the whole URL)."""
+    if isinstance(err, requests.ConnectionError):
+        return "the connection failed (" + type(err).__name__ + ")"
+    return type(err).__name__
 
 
 # The tool's timeout is one deadline for the whole call, however slowly the business system

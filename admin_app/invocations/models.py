@@ -38,6 +38,8 @@ class Invocation(Base):
     reason: Mapped[str | None]
     business_status: Mapped[int | None]
     result_body: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    # The gate that refused the call (sql/074), kept with its `rejected_before_dispatch` result.
+    rate_limit: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     updated_at: Mapped[datetime] = mapped_column(server_default="now()")
 
@@ -79,6 +81,11 @@ class Approval(Base):
     consumed_at: Mapped[datetime | None]
     # Past this instant the approval can no longer be decided or resumed (sql/068); None: never.
     expires_at: Mapped[datetime | None]
+    # A business decision's own id, unique across approvals; the door a decision came through
+    # (console, admin_api, business_system) and, for the business door, its credential (sql/075).
+    decision_id: Mapped[str | None]
+    decided_via: Mapped[str | None]
+    decided_credential: Mapped[str | None]
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
 
 
@@ -96,3 +103,15 @@ class JournalEntry(Base):
     failure: Mapped[str | None]
     started_at: Mapped[datetime] = mapped_column(server_default="now()")
     finished_at: Mapped[datetime | None]
+
+
+class DeferredCall(Base):
+    """The sealed arguments of a call the rate-limit gates refused before it had an approval
+    (sql/074): what its resume runs."""
+    __tablename__ = "bz_tool_deferred_calls"
+
+    job_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("bz_tool_invocations.id"),
+                                              primary_key=True)
+    snapshot: Mapped[str]
+    args_hash: Mapped[str]
+    created_at: Mapped[datetime] = mapped_column(server_default="now()")

@@ -27,6 +27,21 @@ def bounded_text(text: str) -> str:
     return _CONTROL.sub("\ufffd", text)[:limits.RESULT_TEXT_MAX]
 
 
+# A rate-limit refusal (BUSINESS_SIDE §D.4): not final; the same invocation is resumed after the
+# wait. The text is fixed: the numbers are in `retry_after_ms` and `rate_limit`.
+RATE_LIMITED_TEXT = ("Not dispatched: a shared rate limit of this tool or its provider is reached. Wait "
+                     "retry_after_ms milliseconds, then resume this same invocation_id; do not make a new call.")
+RATE_LIMIT_FIELDS = ("level", "count", "window_sec", "scope", "source")
+# The client gate (§D.1): the official client knows only the tool and provider levels, so the
+# agent is told `retry_after_ms` alone (a first call only), never a `rate_limit` object.
+CLIENT_LIMITED_TEXT = ("Not dispatched: this client's shared rate limit is reached. Wait a minute (retry_after_ms "
+                       "milliseconds when given), then resume this same invocation_id; do not make a new call.")
+
+
+def _rate_limited(inv: Invocation) -> bool:
+    return inv.status == "rejected_before_dispatch" and inv.reason == "rate_limited" and inv.rate_limit is not None
+
+
 def _business_text(inv: Invocation) -> str:
     body = inv.result_body
     if body is None or body == "":
@@ -62,6 +77,9 @@ def _text(inv: Invocation, approval: Approval | None, journal: JournalEntry | No
                 if approval is not None else "Waiting for approval; resume this invocation later.")
     if state == "denied":
         return "The approval was denied; nothing was sent to the business system."
+    if _rate_limited(inv):
+        assert inv.rate_limit is not None
+        return CLIENT_LIMITED_TEXT if inv.rate_limit.get("level") == "client" else RATE_LIMITED_TEXT
     if state == "rejected_before_dispatch":
         return f"Refused before dispatch ({inv.reason or 'unspecified'}); nothing was sent."
     if state == "reconciliation_required":
@@ -78,11 +96,17 @@ def result_view(inv: Invocation, approval: Approval | None, journal: JournalEntr
         "tool": inv.tool,
         "state": inv.status,
         "ok": inv.status == "executed",
-        # Only a call still running elsewhere may be asked again as it is; an uncertain, refused
-        # or pending one needs a person or a decision, and is resumed, not repeated.
-        "auto_retry_allowed": inv.status == "in_progress",
+        # Only a call still running elsewhere, or one held back by a rate limit, may be asked
+        # again as it is; an uncertain, refused or pending one needs a person or a decision.
+        "auto_retry_allowed": inv.status == "in_progress" or _rate_limited(inv),
         "text": bounded_text(_text(inv, approval, journal)),
     }
+    if _rate_limited(inv):
+        assert inv.rate_limit is not None
+        if "retry_after_ms" in inv.rate_limit:
+            out["retry_after_ms"] = inv.rate_limit["retry_after_ms"]
+        if inv.rate_limit.get("level") != "client":
+            out["rate_limit"] = {k: inv.rate_limit[k] for k in RATE_LIMIT_FIELDS}
     if inv.business_status is not None:
         out["business_status"] = inv.business_status
     if approval is not None:

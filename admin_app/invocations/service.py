@@ -32,6 +32,7 @@ from ..catalog.compiler import TOOL_NAME
 from ..catalog.projection import Visible, forced_approval, project
 from ..db import Database
 from ..errors import ApiError, invalid_request, unauthorized
+from ..identity import client_gate
 from ..identity.models import AgentSession, ToolProvider
 from ..identity.sessions import authenticate_access
 from ..identity.workspace import resolve_route
@@ -40,8 +41,8 @@ from ..notifications import outbox
 from ..runtime.models import Run
 from ..tasks import metering
 from ..validation import UUID_V1_5, Checker
-from . import approvals, dispatch
-from .models import Approval, Invocation, JournalEntry
+from . import approvals, dispatch, rate_gate
+from .models import Approval, DeferredCall, Invocation, JournalEntry
 from .path_params import dot_segment_rejection
 from .policy import TypeMismatch, approval_policy
 from .results import receipt_view, result_view, unresolved_view
@@ -406,7 +407,6 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
                    {"k": f"{session.id}:{body['invocation_id']}"})
         route = resolve_route(db, session, body["route"], "tools")
         arguments = body["arguments"]
-        snapshot = canonical_json(arguments)
         args_hash = sha256_json(arguments)
         run_id = str(run_uuid) if run_uuid else None
         request_hash = sha256_json({"route": route.route_key, "tool": body["tool"],
@@ -420,7 +420,7 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
                     or existing.capability_revision != body["capability_revision"]:
                 raise ApiError("invocation_conflict")
             # A replay answers only while its task's group and the tool are still authorized.
-            metering.for_invocation(db, session, existing, now)
+            _task_of(db, session, existing, now)
             _still_authorized(db, route, session, existing)
             return view(db, existing, _approval(db, existing))
         # Under a task (the run's, never the request's): run active and group verified first.
@@ -444,31 +444,83 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
         db.flush()
         rejection, policy = _screen(visible, route, arguments)
         plan = approval = None
-        if rejection is not None:
+        if _client_limited(db, session, inv, first=True):  # §D.1: the client gate comes first
+            db.add(DeferredCall(job_id=inv.id, snapshot=canonical_json(arguments), args_hash=inv.args_hash))
+        elif rejection is not None:
             inv.status, inv.reason = "rejected_before_dispatch", rejection
-        elif policy is not None:
-            inv.status = "awaiting_approval"
-            if managed is not None:  # reserved while it waits; no permit until it is resumed
-                metering.reserve(db, managed, inv, readonly=visible.tool.readonly, approval_required=True, now=now)
-            approval = Approval(
-                id=uuid.uuid4(), job_id=inv.id, tool=inv.tool, route_key=inv.route_key,
-                risk=visible.tool.risk, policy=policy, prompt=visible.tool.approval_prompt,
-                snapshot=snapshot, args_hash=args_hash, snapshot_bytes=len(snapshot.encode("utf-8")),
-                argument_keys=sorted(arguments), summary=summary(visible, snapshot, arguments),
-                principal=session.principal, on_behalf_of=session.on_behalf_of, status="pending",
-                expires_at=approvals.expiry(route.approvals or {}, inv.tool))
-            db.add(approval)
-            outbox.enqueue(db, approval)  # notifications, in this same transaction
-            if managed is not None:
-                db.flush()
-                metering.link_approval(db, inv.id, approval.id)
         else:
-            if managed is not None:
-                metering.reserve(db, managed, inv, readonly=visible.tool.readonly, approval_required=False, now=now)
-            plan = _reserve(db, inv, visible, _provider(db, visible.tool.provider), arguments, dispatcher, managed)
+            plan, approval = _admit(db, session, route, inv, visible, arguments, policy, dispatcher, managed, now)
         db.flush()
         result, inv_id = view(db, inv, approval), inv.id
     return _dispatch_planned(dispatcher, inv_id, plan, result)
+
+
+def _admit(db: Session, session: AgentSession, route, inv: Invocation, visible: Visible, arguments: dict,
+           policy: dict | None, dispatcher: Dispatcher, managed: metering.Managed | None,
+           now, deferred: DeferredCall | None = None) -> tuple[dict | None, Approval | None]:
+    """A screened call past the rate-limit gates (BUSINESS_SIDE §D), before anything else: a
+    limited call keeps its sealed arguments for its resume, and has no approval, reservation,
+    permit or journal row. Admitted, it waits for approval or is planned for dispatch. `deferred`:
+    the sealed arguments of a limited call being resumed."""
+    provider = _provider(db, visible.tool.provider)
+    snapshot = canonical_json(arguments)
+    limited = rate_gate.check(db, visible.tool, provider)
+    if limited is not None:
+        inv.status, inv.reason, inv.rate_limit = "rejected_before_dispatch", rate_gate.REASON, limited
+        inv.updated_at = utc_now()
+        if deferred is None:
+            db.add(DeferredCall(job_id=inv.id, snapshot=snapshot, args_hash=inv.args_hash))
+        return None, None
+    inv.rate_limit = None
+    if deferred is not None:  # moving on: an approval holds the arguments from now, or they are sent
+        db.delete(deferred)
+    if policy is not None:
+        inv.status, inv.reason = "awaiting_approval", None
+        if managed is not None:  # reserved while it waits; no permit until it is resumed
+            metering.reserve(db, managed, inv, readonly=visible.tool.readonly, approval_required=True, now=now)
+        approval = Approval(
+            id=uuid.uuid4(), job_id=inv.id, tool=inv.tool, route_key=inv.route_key,
+            risk=visible.tool.risk, policy=policy, prompt=visible.tool.approval_prompt,
+            snapshot=snapshot, args_hash=inv.args_hash, snapshot_bytes=len(snapshot.encode("utf-8")),
+            argument_keys=sorted(arguments), summary=summary(visible, snapshot, arguments),
+            principal=session.principal, on_behalf_of=session.on_behalf_of, status="pending",
+            expires_at=approvals.expiry(route.approvals or {}, inv.tool))
+        db.add(approval)
+        outbox.enqueue(db, approval)  # notifications, in this same transaction
+        if managed is not None:
+            db.flush()
+            metering.link_approval(db, inv.id, approval.id)
+        return None, approval
+    inv.reason = None
+    if managed is not None:
+        metering.reserve(db, managed, inv, readonly=visible.tool.readonly, approval_required=False, now=now)
+    return _reserve(db, inv, visible, provider, arguments, dispatcher, managed), None
+
+
+def _client_limited(db: Session, session: AgentSession, inv: Invocation, first: bool) -> bool:
+    """The client gate (BUSINESS_SIDE §D.1), before any tool gate: refused, the call is held back
+    as the tool gates hold it (resumed, it runs every gate again). Only a first call is told
+    `retry_after_ms` (60000, kept with it); a resume refused is told neither field."""
+    refused = client_gate.check(db, session.client_app_id)
+    if refused is None:
+        return False
+    inv.status, inv.reason, inv.rate_limit = "rejected_before_dispatch", rate_gate.REASON, refused.record(first)
+    inv.updated_at = utc_now()
+    return True
+
+
+def _rate_limited(inv: Invocation) -> bool:
+    """Refused by a rate-limit gate: not final, its resume runs the gates again."""
+    return inv.status == "rejected_before_dispatch" and inv.reason == rate_gate.REASON
+
+
+def _task_of(db: Session, session: AgentSession, inv: Invocation, now) -> metering.Managed | None:
+    """The task of an existing invocation. A call the gates refused before its reservation has no
+    task record yet: its task is its run's, the run's end notwithstanding (as for a resume)."""
+    if _rate_limited(inv) and _approval(db, inv) is None:
+        run = db.get(Run, inv.run_id) if inv.run_id is not None else None
+        return metering.for_run(db, session, run, now, new=False)
+    return metering.for_invocation(db, session, inv, now)
 
 
 # ------------------------------------------------------------------ resume and receipt
@@ -507,11 +559,11 @@ def _resume(dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> d
         session = _session(db, bearer)
         inv = _own_invocation(db, session, invocation_id, lock=True)
         # The task of the original call, its whole group verified (the run may have ended).
-        managed = metering.for_invocation(db, session, inv, utc_now())
+        managed = _task_of(db, session, inv, utc_now())
         visible = _revalidate(db, session, inv)
         approval = _approval(db, inv, lock=True)
         plan = None
-        if inv.status == "awaiting_approval" and approval is not None:
+        if (inv.status == "awaiting_approval" or _rate_limited(inv)) and approval is not None:
             if approval.status == "denied":
                 inv.status, inv.reason = "denied", "approval_denied"
             elif approvals.expired(approval, utc_now()):
@@ -522,14 +574,23 @@ def _resume(dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> d
                         or approval.args_hash != inv.args_hash:
                     # Only the frozen, hash-checked snapshot may run; without it nothing does.
                     inv.status, inv.reason = "rejected_before_dispatch", "approval_snapshot_unusable"
+                elif _client_limited(db, session, inv, first=False):
+                    pass  # as a tool gate's refusal: the approval stays approved and unused
+                elif (limited := rate_gate.check(db, visible.tool, _provider(db, inv.provider))) is not None:
+                    # Limited: the approval stays approved and unused, the reservation held.
+                    inv.status, inv.reason, inv.rate_limit = "rejected_before_dispatch", rate_gate.REASON, limited
+                    inv.updated_at = utc_now()
                 else:
                     # The permit (in _reserve) before the approval is used: a paused or full
                     # task refuses, and this whole transaction, consumption included, rolls back.
-                    approval.consumed_at = utc_now()
+                    approval.consumed_at, inv.rate_limit = utc_now(), None
                     plan = _reserve(db, inv, visible, _provider(db, inv.provider),
                                     json.loads(approval.snapshot), dispatcher, managed)
-            if managed is not None and inv.status != "awaiting_approval" and plan is None:
+            if managed is not None and inv.status != "awaiting_approval" and plan is None \
+                    and not _rate_limited(inv):
                 metering.release(db, inv.id, inv.reason or inv.status)  # over, and nothing was sent
+        elif _rate_limited(inv):
+            plan, approval = _resume_deferred(db, session, inv, visible, dispatcher, managed)
         elif inv.status == "in_progress":
             journal = db.get(JournalEntry, inv.id, with_for_update=True)
             if journal is None:  # an attempt without its journal row: never sent again
@@ -541,6 +602,27 @@ def _resume(dispatcher: Dispatcher, bearer: str | None, invocation_id: str) -> d
     return _dispatch_planned(dispatcher, inv_id, plan, result)
 
 
+def _resume_deferred(db: Session, session: AgentSession, inv: Invocation, visible: Visible,
+                     dispatcher: Dispatcher, managed: metering.Managed | None) -> tuple[dict | None, Approval | None]:
+    """A call the gates refused before its approval: its sealed, hash-checked arguments screened
+    and gated again, as a new call's are."""
+    deferred = db.get(DeferredCall, inv.id, with_for_update=True)
+    if deferred is None or sha256_bytes(deferred.snapshot.encode("utf-8")) != deferred.args_hash \
+            or deferred.args_hash != inv.args_hash:
+        inv.status, inv.reason, inv.rate_limit = "rejected_before_dispatch", "deferred_arguments_unusable", None
+        return None, None
+    if _client_limited(db, session, inv, first=False):
+        return None, None  # still held back, its sealed arguments kept
+    arguments = json.loads(deferred.snapshot)
+    route = resolve_route(db, session, inv.route_key, "tools")
+    rejection, policy = _screen(visible, route, arguments)
+    if rejection is not None:
+        inv.status, inv.reason, inv.rate_limit = "rejected_before_dispatch", rejection, None
+        db.delete(deferred)
+        return None, None
+    return _admit(db, session, route, inv, visible, arguments, policy, dispatcher, managed, utc_now(), deferred)
+
+
 @guarded
 def receipt(database: Database, bearer: str | None, invocation_id: str) -> dict:
     """Where an invocation stands, read-only: nothing is dispatched, consumed or changed. The
@@ -548,7 +630,7 @@ def receipt(database: Database, bearer: str | None, invocation_id: str) -> dict:
     with database.session() as db:
         session = _session(db, bearer)
         inv = _own_invocation(db, session, invocation_id, lock=False)
-        metering.for_invocation(db, session, inv, utc_now())  # verifies a task's group; changes nothing else
+        _task_of(db, session, inv, utc_now())  # verifies a task's group; changes nothing else
         visible = _revalidate(db, session, inv, fingerprint=False)
         journal = db.get(JournalEntry, inv.id)
         unresolved = _interrupted(db, journal, visible.tool.timeout_ms)

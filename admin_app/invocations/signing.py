@@ -45,11 +45,14 @@ def headers(secret: str, *, timestamp: str, method: str, path_with_query: str, b
 
 def verify(secret: str, received: dict[str, str], *, method: str, path_with_query: str, body: bytes,
            now: float) -> bool:
-    """The business side's check (used by the demo business system)."""
+    """The business side's check (used by the demo business system), as the connect SDKs make it
+    (§A.8): a difference of exactly the window is already too old, an empty signature fails."""
     timestamp = received.get("X-Bailing-Timestamp", "")
-    if not timestamp.isdigit() or abs(now - int(timestamp)) > limits.SIGNATURE_MAX_CLOCK_SKEW_SECONDS:
+    sent = received.get("X-Bailing-Signature", "")
+    if not sent or not timestamp.isascii() or not timestamp.isdigit() \
+            or abs(now - int(timestamp)) >= limits.SIGNATURE_MAX_CLOCK_SKEW_SECONDS:
         return False
     message = canonical_request(timestamp, method, path_with_query, body,
                                 received.get("X-Bailing-On-Behalf-Of", ""),
                                 received.get("X-Bailing-Job-Id", ""))
-    return hmac.compare_digest(signature(secret, message), received.get("X-Bailing-Signature", ""))
+    return hmac.compare_digest(signature(secret, message).encode(), sent.encode("utf-8", "replace"))

@@ -8,7 +8,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from ..db import Base
 
-KINDS = ("webhook", "email")
+KINDS = ("webhook", "email", "business_webhook", "approval_webhook")
+# The business system's own channel (BUSINESS_SIDE.md §F.1): Core's `tool_approval_request`,
+# signed as a webhook is; `approval_webhook` is its alias, kept as written.
+BUSINESS_KINDS = ("business_webhook", "approval_webhook")
+WEBHOOK_KINDS = ("webhook", *BUSINESS_KINDS)
 
 
 class Channel(Base):

@@ -62,7 +62,21 @@ def send_webhook(delivery_id: uuid.UUID, notice: Notice, *, url: str, secret_env
     if not secret:
         return Outcome(False, error=f"the signing secret is missing: {secret_env} is not set")
     body = message.webhook_body(delivery_id, notice, public_url)
-    headers = message.webhook_headers(delivery_id, secret, str(int(time.time())), body)
+    return post(url, body, message.webhook_headers(delivery_id, secret, str(int(time.time())), body), seconds)
+
+
+def send_business(delivery_id: uuid.UUID, body: bytes, *, url: str, secret_env: str, seconds: float) -> Outcome:
+    """The business system's approval request (request.py): signed as Core signs callbacks, with
+    the timestamp in milliseconds (BUSINESS_SIDE.md §A.7)."""
+    secret = os.environ.get(secret_env)
+    if not secret:
+        return Outcome(False, error=f"the signing secret is missing: {secret_env} is not set")
+    return post(url, body, message.webhook_headers(delivery_id, secret, str(time.time_ns() // 1_000_000), body),
+                seconds)
+
+
+def post(url: str, body: bytes, headers: dict[str, str], seconds: float) -> Outcome:
+    """One signed POST within `seconds` in all; its errors name the URL's origin only."""
     parts, where = urlsplit(url), origin(url)
     target = requote_uri((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
     with Deadline(seconds) as deadline:

@@ -28,14 +28,15 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from .. import limits
+from ..background import ProcessThread, next_pause
 from ..config import Settings
 from ..db import Database
-from . import senders
+from . import request, senders
 from .bell import BELL
+from .channels import BUSINESS_KINDS
 from .message import Notice
 from .senders import Outcome
 
@@ -65,6 +66,7 @@ class Claim:
     secret_env: str | None
     recipients: list[str]
     notice: Notice
+    body: bytes | None = None  # a business channel's request (request.py), built at the claim
 
 
 @dataclass
@@ -164,14 +166,19 @@ def claim(db: Session, settings: Settings, report: Report) -> Claim | None:
                         risk=target.risk, summary=target.summary, on_behalf_of=target.on_behalf_of,
                         snapshot_bytes=target.snapshot_bytes, args_hash=target.args_hash,
                         created_at=target.created_at, expires_at=target.expires_at)
+        business = request.body(request.payload(db, target.id)) if target.kind in BUSINESS_KINDS else None
         return Claim(delivery_id=row.id, attempt=row.attempts + 1, token=token, started_at=started,
                      kind=target.kind,
                      url=target.url, secret_env=target.secret_env, recipients=list(target.recipients),
-                     notice=notice)
+                     notice=notice, body=business)
 
 
 def send(item: Claim, settings: Settings) -> Outcome:
     """One attempt, outside any transaction."""
+    if item.body is not None:
+        assert item.url is not None and item.secret_env is not None  # the table's CHECK
+        return senders.send_business(item.delivery_id, item.body, url=item.url, secret_env=item.secret_env,
+                                     seconds=limits.NOTIFICATION_WEBHOOK_SECONDS)
     if item.kind == "webhook":
         assert item.url is not None and item.secret_env is not None  # the table's CHECK
         return senders.send_webhook(item.delivery_id, item.notice, url=item.url, secret_env=item.secret_env,
@@ -227,51 +234,32 @@ def deliver_due(database: Database, settings: Settings, stop: threading.Event | 
 
 @dataclass
 class DeliveryWorker:
-    """The background thread of one hub process: a pass whenever the bell rings (an approval
-    with notifications committed in this process) or POLL_SECONDS pass."""
+    """The delivery thread of one hub process: a pass whenever the bell rings (an approval with
+    notifications committed in this process) or POLL_SECONDS pass."""
 
     database: Database
     settings: Settings
     poll_seconds: float = POLL_SECONDS
-    _thread: threading.Thread | None = field(default=None, init=False)
-    _stop: threading.Event = field(default_factory=threading.Event, init=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    runner: ProcessThread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.runner = ProcessThread("bailing-notifications", self._run)
 
     def ensure_started(self) -> None:
-        """Start the thread unless it runs: called on each request, so each process (a forked
-        gunicorn worker too) starts its own when it first serves one."""
-        thread = self._thread
-        if thread is not None and thread.is_alive():
-            return
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="bailing-notifications", daemon=True)
-            self._thread.start()
+        self.runner.ensure_started()
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
+        self.runner.stop_event.set()
         BELL.ring()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
+        self.runner.stop(timeout)
 
     def _run(self) -> None:
-        pause = self.poll_seconds
-        while not self._stop.is_set():
+        stop, pause = self.runner.stop_event, self.poll_seconds
+        while not stop.is_set():
             seen = BELL.count  # before the pass: a ring during it is not missed
-            try:
-                deliver_due(self.database, self.settings, self._stop)
-                pause = self.poll_seconds
-            except SQLAlchemyError as err:  # the database is away or not migrated: wait, say so once
-                if pause == self.poll_seconds:
-                    log.warning("notification deliveries paused: %s", str(err).splitlines()[0])
-                pause = min(pause * 2, ERROR_PAUSE_MAX_SECONDS)
-            except Exception:  # a bug must not end the thread for good; logged with its trace
-                log.exception("notification delivery pass failed")
-                pause = min(pause * 2, ERROR_PAUSE_MAX_SECONDS)
-            if self._stop.is_set():
+            pause = next_pause(lambda: deliver_due(self.database, self.settings, stop), "notification deliveries",
+                               pause, self.poll_seconds, ERROR_PAUSE_MAX_SECONDS)
+            if stop.is_set():
                 break
             BELL.wait(seen, pause)
 

@@ -19,6 +19,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Flask, Response, abort, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -28,6 +29,9 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from ..errors import unauthorized
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger(__name__)
 disable_created_metrics()  # no `*_created` series beside each counter: nothing here reads them
@@ -150,6 +154,22 @@ _GAUGES_SQL = """
            (SELECT count(*) FROM bz_tool_journal WHERE state = 'dispatching') AS dispatching"""
 
 
+# The hub pause (runtime.pause owns the row; an area this module may not import).
+_PAUSED_SQL = "SELECT paused FROM bz_hub_pause WHERE id = 1"
+
+
+def _paused(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the hub is paused; not before `db upgrade` made the table (autocommit: a failed
+    statement spoils nothing after it)."""
+    import psycopg
+
+    try:
+        found = conn.execute(_PAUSED_SQL).fetchone()
+    except psycopg.errors.UndefinedTable:
+        return False
+    return bool(found and found[0])
+
+
 class DatabaseCollector:
     """Gauges read from PostgreSQL at scrape time, on a connection of their own (not the pool,
     which may be exhausted by the very load one wants to see) with short timeouts."""
@@ -164,12 +184,14 @@ class DatabaseCollector:
                                "1 when the database answered this scrape's queries, else 0.")
         started = time.monotonic()
         row = None
+        paused = False
         try:
             hub = self.app.extensions["bailing"]
             with psycopg.connect(hub.db.conninfo(), connect_timeout=DB_TIMEOUT_SECONDS,
                                  autocommit=True, application_name="bailing-metrics") as conn:
                 conn.execute(f"SET statement_timeout = {DB_TIMEOUT_SECONDS * 1000}")
                 row = conn.execute(_GAUGES_SQL).fetchone()
+                paused = _paused(conn)
         except Exception as exc:  # noqa: BLE001 - a scrape reports the outage, it does not fail
             # The class only: a connection error's text can name the server and the user.
             log.warning("metrics: database gauges unavailable (%s)", type(exc).__name__)
@@ -181,6 +203,9 @@ class DatabaseCollector:
         if row is None:
             return
         pending, oldest, reconcile, dispatching = row
+        yield GaugeMetricFamily("bailinghub_runtime_paused",
+                                "1 while the hub is paused (POST /admin/pause), else 0; Core's name.",
+                                value=1 if paused else 0)
         yield GaugeMetricFamily("bailing_tool_approvals_pending",
                                 "Approvals waiting for a decision.", value=pending)
         yield GaugeMetricFamily("bailing_tool_approvals_pending_oldest_age_seconds",
@@ -193,6 +218,41 @@ class DatabaseCollector:
                                 "Journal rows in `dispatching`: calls sent and not yet answered "
                                 "(one stuck past its tool timeout: a worker died mid-call).",
                                 value=dispatching)
+        yield from _provider_gauges(hub.db.conninfo())
+
+
+# One series per provider (its last probe's status as a label, 1): a bounded label set. Read
+# apart from the gauges above: a database without sql/078 has no such column, and says nothing.
+_PROVIDER_PROBES_SQL = """
+    SELECT name, COALESCE(authz_probe->>'status', 'not_run') AS status,
+           COALESCE(spec_pull_status = 'failed', false) AS pull_failed, spec_url IS NOT NULL AS pulled
+    FROM bz_tool_providers ORDER BY name"""
+
+
+def _provider_gauges(conninfo: str) -> Iterator[Metric]:
+    import psycopg
+
+    try:
+        with psycopg.connect(conninfo, connect_timeout=DB_TIMEOUT_SECONDS, autocommit=True,
+                             application_name="bailing-metrics") as conn:
+            conn.execute(f"SET statement_timeout = {DB_TIMEOUT_SECONDS * 1000}")
+            rows = conn.execute(_PROVIDER_PROBES_SQL).fetchall()
+    except Exception as exc:  # noqa: BLE001 - a scrape reports what it can, it does not fail
+        log.info("metrics: provider probe gauges unavailable (%s)", type(exc).__name__)
+        return
+    probe = GaugeMetricFamily("bailing_provider_authz_probe",
+                              "Each tool provider's last authorization probe, by status (pass, suspect, "
+                              "inconclusive, skipped, not_run): 1 for the status it has.",
+                              labels=("provider", "status"))
+    failing = GaugeMetricFamily("bailing_provider_spec_pull_failed",
+                                "1 when a URL provider's last spec pull failed (its stored spec is kept).",
+                                labels=("provider",))
+    for name, status, pull_failed, pulled in rows:
+        probe.add_metric([name, status], 1)
+        if pulled:
+            failing.add_metric([name], 1 if pull_failed else 0)
+    yield probe
+    yield failing
 
 
 class _ThisProcess:

@@ -112,6 +112,8 @@ def _timeline_call(db: Session, inv: Invocation, start: datetime) -> dict[str, A
                   ("approval consumed", approval.consumed_at)]
         if expired(approval, utc_now()):
             marks.append(("approval expired: it can no longer be decided or resumed", approval.expires_at))
+    if inv.status == "rejected_before_dispatch" and inv.reason == "rate_limited" and inv.rate_limit:
+        marks.append((_rate_limited_mark(inv.rate_limit), inv.updated_at))
     finished = inv.updated_at if inv.status in _ENDED else None
     if journal is not None:
         outcome = f"HTTP {journal.http_status}" if journal.http_status else "no answer"
@@ -126,6 +128,15 @@ def _timeline_call(db: Session, inv: Invocation, start: datetime) -> dict[str, A
             # What support quotes to the business system: the request carried both.
             "idempotency_key": journal.idempotency_key if journal is not None else None,
             "failure": journal.failure if journal is not None else None}
+
+
+def _rate_limited_mark(limit: dict[str, Any]) -> str:
+    """The milestone of a call held back by a rate-limit gate, e.g. `rate limited by the tool
+    gate (10 per 60 s, declaration): resume after 5400 ms`."""
+    # A client gate's refusal of a resume tells no wait (BUSINESS_SIDE §D.1).
+    wait = f"resume after {limit['retry_after_ms']} ms" if "retry_after_ms" in limit else "resume later"
+    return (f"rate limited by the {limit['level']} gate ({limit['count']} per {limit['window_sec']} s, "
+            f"{limit['source']}): {wait}")
 
 
 def archive_turn(db: Session, run_id: uuid.UUID, available: Availability) -> dict[str, Any] | None:
@@ -168,6 +179,8 @@ def job_view(db: Session, inv: Invocation) -> dict[str, Any]:
         "argument_keys": list(inv.argument_keys),
         "args_hash": inv.args_hash,
         "business_status": inv.business_status,
+        # The rate-limit gate holding the call back, and the wait the agent was told (sql/074).
+        "rate_limit": inv.rate_limit if status == "rejected_before_dispatch" and reason == "rate_limited" else None,
         "approval": None if approval is None else {
             "id": str(approval.id), "state": approval.status, "decided_by": approval.decided_by,
             "decided_at": iso(approval.decided_at), "consumed_at": iso(approval.consumed_at)},
@@ -280,6 +293,13 @@ def job_events(db: Session, inv: Invocation, approvals: list[Approval]) -> list[
                                       else "info", "Tool result",
                                       _summary(inv.tool, journal.http_status and f"HTTP {journal.http_status}"),
                                       result, TRACE_SOURCE_HUB, job_id))
+    if inv.status == "rejected_before_dispatch" and inv.reason == "rate_limited" and inv.rate_limit:
+        limit = inv.rate_limit
+        events.append(trace_event(inv.updated_at, "tool_rate_limited", "tool", "warning", "Tool rate limited",
+                                  _summary(inv.tool, f"{limit['level']} gate",
+                                           f"{limit['count']}/{limit['window_sec']}s",
+                                           limit.get("retry_after_ms") and f"retry after {limit['retry_after_ms']} ms"),
+                                  {"tool": inv.tool, **limit}, TRACE_SOURCE_HUB, job_id))
     state: dict[str, Any] = {**base, "state": inv.status}
     if inv.business_status is not None:
         state["business_status"] = inv.business_status
