@@ -12,6 +12,10 @@ import pytest
 from tests.business_side import SECRET, SECRET_ENV, Request, System, json_answer, signed_spec, tool_spec, verify
 from tests.helpers import apply_config, cli_ok, cli_refused
 
+# The same work on any server (requests to a business system and their classification; the
+# stored result's SQL runs in tests/test_spec_pull.py).
+pytestmark = pytest.mark.any_server
+
 PROBE = "/bailing/authz-probe"
 SUBJECT = "__bailing_authz_probe__:nobody"
 DEDICATED = {"x-bailing-authz-probe": {"method": "POST", "path": PROBE}}

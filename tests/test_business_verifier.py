@@ -26,6 +26,9 @@ from tests.conftest import EXAMPLES, LiveServer, governed_config
 from tests.helpers import admin_token, apply_config, assert_ok
 from tests.task_world import BIG, READ, WRITE, World, approve, binding, iid
 
+# The same work on any server (the bytes the hub sends; the calls' SQL runs in tests/test_tool_invocations.py).
+pytestmark = pytest.mark.any_server
+
 SECRET = "business-peer-secret"
 WINDOW = 300
 LOOKUP = "customer_lookup"

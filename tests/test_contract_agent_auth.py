@@ -20,6 +20,9 @@ import pytest
 from .conftest import EXAMPLES
 from .helpers import assert_error, bearer, query_of, row_counts
 
+# The same work on any server (the answers' shapes; the SQL behind them runs in tests/test_agent_auth.py).
+pytestmark = pytest.mark.any_server
+
 AUTH = "/agent-auth/v1"
 CALLBACK = "http://127.0.0.1:49152/callback"
 ROUTE, SECOND = "customers", "billing"

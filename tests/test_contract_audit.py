@@ -20,6 +20,10 @@ import pytest
 from tests.helpers import admin_token, assert_error, bearer, session_bearer
 from tests.test_tool_invocations import BIG_CREDIT, CUSTOMER, Agent, job_id_of
 
+# The same work on any server (the answers' shapes; the SQL behind them runs in
+# tests/test_audit_agent.py, on every server and on partitioned events).
+pytestmark = pytest.mark.any_server
+
 AUDITS = "/agent-api/v1/conversation-audits"
 ADMIN = "/admin/api/conversation-audits"
 RECORD = "bailing.agent-conversation-audit.v1"

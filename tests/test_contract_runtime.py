@@ -19,6 +19,9 @@ import pytest
 from tests.conftest import EXAMPLES
 from tests.helpers import assert_error, assert_ok, bearer, row_counts
 
+# The same work on any server (the answers' shapes; the SQL behind them runs in the runtime's own tests).
+pytestmark = pytest.mark.any_server
+
 API = "/agent-api/v1"
 KNOWLEDGE = Path(__file__).parent / "data" / "knowledge"
 PRINCIPAL = {"id": "user-42", "tenant": "tenant-7", "roles": ["clerk"]}

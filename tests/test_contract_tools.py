@@ -22,6 +22,10 @@ from tests.helpers import apply_config, assert_error, row_counts
 from tests.test_tool_invocations import BASE, BIG_CREDIT, CANCEL, CUSTOMER, ROUTE, Agent, iid, issue
 from tests.test_tool_invocations import agent, approver  # noqa: F401 - fixtures
 
+# The same work on any server (the answers' shapes; the SQL behind them runs in
+# tests/test_tool_invocations.py and tests/test_tool_approvals.py).
+pytestmark = pytest.mark.any_server
+
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")

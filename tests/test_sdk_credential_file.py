@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -30,6 +31,9 @@ from admin_app.demo.business import create_business_app
 
 from .conftest import DEMO_SECRETS, LiveServer
 from .test_agent_auth import CLIENT, ROUTE, hub_config
+
+# The same work on any server (a file on disk and a lock port; the sessions' SQL runs in tests/test_agent_auth.py).
+pytestmark = pytest.mark.any_server
 
 ALICE = ("alice", "alice-demo-password")
 KEY_ORDER = ["schema_version", "base_url", "client_app_id", "route", "session_id", "access_token",
@@ -119,6 +123,38 @@ def hub(server, cli, sql, tmp_path, monkeypatch):
     tokens["crm"] = out["client_token"]
     yield Hub(server, biz, sql)
     biz.stop()
+
+
+# What the tests below lock, relative to their folder. A lock port is 10000-39999; the system hands
+# ports from its ephemeral range (32768 and up) to passing connections, the suite's own too, and one
+# of those would hold a test's lock by chance: each test gets a folder where every file it names
+# locks a port below that range that nothing listens on.
+LOCKED_FILES = ("home/.config/bailinghub/agent-credentials.json", "creds/agent.json",
+                "home/.config/bailinghub/hosts/host-" + hashlib.sha256(
+                    b"bailinghub.agent-client-storage.v1\x00team.alpha").hexdigest()[:32] + "/agent-credentials.json",
+                "explicit/creds.json", "given.d/x.json", "elsewhere.json")
+RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+@pytest.fixture
+def tmp_path(tmp_path):
+    ephemeral = int(RANGE_FILE.read_text().split()[0]) if RANGE_FILE.exists() else 32768
+    for n in itertools.count():
+        folder = tmp_path / f"t{n}"
+        ports = [credential_file.lock_port(str(folder / name)) for name in LOCKED_FILES]
+        if all(port < ephemeral and _free(port) for port in ports):
+            folder.mkdir()
+            return folder
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture
