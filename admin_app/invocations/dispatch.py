@@ -163,7 +163,8 @@ def fetch(method: str, url: str, *, headers: dict[str, str], body: bytes = b"", 
                     return Fetched(response.status_code, failure=f"no complete answer within {seconds:g} s")
                 return Fetched(response.status_code, bytes(raw))
         except requests.RequestException as err:
-            if deadline.expired:
+            # requests' own read timeout equals the deadline and may fire a moment before it.
+            if deadline.expired or isinstance(err, requests.Timeout):
                 return Fetched(None, failure=f"no complete answer within {seconds:g} s")
             return Fetched(None, failure=_transport_failure(err))
         finally:
