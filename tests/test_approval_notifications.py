@@ -21,7 +21,7 @@ import uuid
 from datetime import UTC, datetime
 from email import policy
 from html import unescape
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -34,7 +34,7 @@ from admin_app.notifications.senders import Outcome
 from admin_app.notifications.worker import LEASE_SECONDS, Report, claim, deliver_due, record, retry_delay
 from tests.browser import ADJUST, CREDIT, MERGE, ROUTE, Hub
 from tests.conftest import serve
-from tests.helpers import apply_config, make_admin, row_counts
+from tests.helpers import LoopbackServer, apply_config, make_admin, row_counts
 from tests.test_console_server import signed_in
 
 PUBLIC = "https://hub.example.com"
@@ -85,7 +85,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/approvals"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
@@ -152,7 +152,7 @@ class Trickler:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_port}{path}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)

@@ -16,7 +16,7 @@ import re
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import requests
@@ -24,7 +24,7 @@ import requests
 from admin_app import create_app
 from admin_app.notifications.worker import deliver_due
 from tests.conftest import DEMO_SECRETS, Business, cli_runner, governed_config, serve
-from tests.helpers import admin_token, apply_config
+from tests.helpers import LoopbackServer, admin_token, apply_config
 from tests.test_console_server import signed_in
 
 SECRET = "business-approvals-signing-secret"
@@ -82,7 +82,7 @@ class ApprovalDesk:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/bailing/approvals"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
