@@ -26,6 +26,8 @@ class ClientApp(Base):
     rate_limit_per_min: Mapped[int] = mapped_column(default=0)
     client_token_hash: Mapped[str | None]
     client_token_issued_at: Mapped[datetime | None]
+    client_token_sealed: Mapped[str | None] = mapped_column(default=None)  # sql/081: callbacks sign with it
+    job_budget: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True), default=None)  # sql/081
     created_at: Mapped[datetime] = mapped_column(server_default="now()")
     updated_at: Mapped[datetime] = mapped_column(server_default="now()")
 
@@ -40,6 +42,10 @@ class Route(Base):
     enabled: Mapped[bool]
     audience: Mapped[dict[str, Any]] = mapped_column(JSONB)
     target_config: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # The Client API's work (sql/081): the executor target, and {retry, default_callback_url,
+    # max_calls, budget}.
+    target: Mapped[str | None] = mapped_column(default=None)
+    job_settings: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
     agent_client: Mapped[dict[str, Any]] = mapped_column(JSONB)
     tools: Mapped[dict[str, Any]] = mapped_column(JSONB)
     permission: Mapped[str]

@@ -21,7 +21,8 @@ class Invocation(Base):
     __tablename__ = "bz_tool_invocations"
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    session_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))  # None: a job's call (sql/081)
+    owner_job_id: Mapped[uuid.UUID | None] = mapped_column("job_id", UUID(as_uuid=True), default=None)  # sql/081
     invocation_id: Mapped[str]
     route_key: Mapped[str]
     run_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
