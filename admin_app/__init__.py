@@ -24,6 +24,12 @@ class Hub:
     settings: Settings
     db: Database
 
+    @property
+    def secret_key(self) -> str:
+        """The app's secret key (BAILING_SECRET_KEY, else the data folder's), for code that has
+        the hub but no app context: Client Tokens are sealed with it (identity/sealing.py)."""
+        return self.settings.secret_key or _local_secret_key(self.settings.data_dir)
+
 
 def create_app(test_config: dict | None = None) -> Flask:
     """Build the app. `test_config` overrides Settings fields, e.g. {"database_url": ...}.
@@ -37,6 +43,10 @@ def create_app(test_config: dict | None = None) -> Flask:
             settings = settings.replace(notifications=False)
         if "spec_auto_refresh" not in test_config:
             settings = settings.replace(spec_auto_refresh=False)  # nor pull specs on a schedule
+        if "job_callbacks" not in test_config:
+            settings = settings.replace(job_callbacks=False)  # nor post job callbacks
+        if "job_reaper" not in test_config:
+            settings = settings.replace(job_reaper=False)  # nor reap jobs on a schedule
 
     app = _HubFlask(
         __name__,
@@ -84,6 +94,22 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(approval_decisions.bp)  # Core's business decision, outside the API prefixes
     app.register_blueprint(hub_pause.bp)  # POST /admin/pause|resume, GET /admin/api/status
     app.register_blueprint(config_audit.bp)  # GET /admin/api/config-audit
+    from .api import admin_jobs
+
+    app.register_blueprint(admin_jobs.bp)  # /admin/api/runs: Client API jobs (list, record, audit, rerun)
+    from .api import client_api
+
+    app.register_blueprint(client_api.bp)  # Core's Client API v1: POST /run, GET /jobs/<job_id>
+    from .api import job_tools
+
+    app.register_blueprint(job_tools.bp)  # a job's governed tools: /jobs/<job_id>/tools/defs|invoke
+    from .jobs import tool_approvals  # noqa: F401 - registers: a finished job reruns when its approval is granted
+    from .api import job_callbacks
+
+    app.register_blueprint(job_callbacks.bp)  # /admin/api/delivery-dlq, /admin/api/jobs/<id>/callbacks
+    from .api import executor_api
+
+    executor_api.init_app(app)  # Core's /executor/*, the executors' admin API, the job reaper
     from .openapi import bp as openapi_bp
 
     app.register_blueprint(openapi_bp)
@@ -99,6 +125,13 @@ def create_app(test_config: dict | None = None) -> Flask:
         worker = DeliveryWorker(app.extensions["bailing"].db, settings)
         app.extensions["bailing.notifications"] = worker
         app.before_request(worker.ensure_started)
+    if settings.job_callbacks:
+        from .jobs.callback_worker import CallbackWorker
+
+        # Likewise the completion callbacks of Client API jobs (jobs/callback_worker.py).
+        poster = CallbackWorker(app.extensions["bailing"].db, settings, lambda: app.secret_key)
+        app.extensions["bailing.job_callbacks"] = poster
+        app.before_request(poster.ensure_started)
     if settings.spec_auto_refresh:
         from .providers.schedule import SpecRefreshWorker
 

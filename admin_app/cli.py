@@ -14,7 +14,7 @@ import click
 from flask import current_app
 from flask.cli import FlaskGroup, with_appcontext
 
-from . import create_app, error_codes, migrations
+from . import create_app, error_codes, limits, migrations
 from .errors import ApiError, invalid_request
 from .validation import Invalid, strict_json_loads
 
@@ -515,7 +515,91 @@ def clients_token(app_id: str):
     from .identity.clients import rotate_client_token
 
     with _hub().db.session() as session:
-        _emit(rotate_client_token(session, app_id))
+        _emit(rotate_client_token(session, app_id, _hub().secret_key))
+
+
+@clients.command("revoke-token")
+@click.argument("app_id")
+@hub_command
+def clients_revoke_token(app_id: str):
+    """Revoke APP_ID's Client Token (nothing is issued in its place)."""
+    from .identity.clients import revoke_client_token
+
+    with _hub().db.session() as session:
+        _emit(revoke_client_token(session, app_id))
+
+
+# ------------------------------------------------------------------ executors
+
+@main.group()
+def executors():
+    """Executors and their tokens (Core's executor protocol)."""
+
+
+@executors.command("list")
+@hub_command
+def executors_list():
+    """Executors as they last reported; `online` when seen within 2 minutes."""
+    from .jobs.executor_tokens import list_executors
+
+    with _hub().db.session() as session:
+        _emit({"executors": list_executors(session)})
+
+
+@executors.group("token")
+def executors_token():
+    """Executor tokens, scoped to targets; printed once on issue and rotation."""
+
+
+@executors_token.command("issue")
+@click.argument("name")
+@click.option("--targets", required=True, help='Comma-separated target names, or "*" for all.')
+@click.option("--description", default="", help="Shown in lists.")
+@hub_command
+def executors_token_issue(name: str, targets: str, description: str):
+    """Issue a token for NAME (refused when NAME exists: rotate it instead)."""
+    from .jobs.executor_tokens import note_command, issue
+
+    with _hub().db.session() as session:
+        answer = issue(session, name, targets.split(","), description)
+        note_command(session, "ISSUE", name)
+    _emit(answer)
+
+
+@executors_token.command("rotate")
+@click.argument("name")
+@hub_command
+def executors_token_rotate(name: str):
+    """Issue a new token for NAME; the previous one stops working at once."""
+    from .jobs.executor_tokens import note_command, rotate
+
+    with _hub().db.session() as session:
+        answer = rotate(session, name)
+        note_command(session, "ROTATE", name)
+    _emit(answer)
+
+
+@executors_token.command("revoke")
+@click.argument("name")
+@hub_command
+def executors_token_revoke(name: str):
+    """Delete NAME's token: it is refused (401) from the next request on."""
+    from .jobs.executor_tokens import note_command, revoke
+
+    with _hub().db.session() as session:
+        answer = revoke(session, name)
+        note_command(session, "REVOKE", name)
+    _emit(answer)
+
+
+@executors_token.command("list")
+@hub_command
+def executors_token_list():
+    """Every executor token, masked to its last four characters."""
+    from .jobs.executor_tokens import list_tokens
+
+    with _hub().db.session() as session:
+        _emit({"tokens": list_tokens(session)})
 
 
 # ------------------------------------------------------------------ sessions
@@ -842,6 +926,101 @@ def notifications_deliver(once: bool):
     except KeyboardInterrupt:
         stop.set()
         _emit({"stopped": True})
+
+
+# ------------------------------------------------------------------ jobs
+
+@main.group()
+def jobs():
+    """Client API jobs (Core's POST /run): their completion callbacks and dead letters."""
+
+
+@jobs.command("callbacks")
+@click.option("--dead", is_flag=True, help="Only the dead letters not yet resolved (as GET /admin/api/delivery-dlq).")
+@click.option("--job", "job_id", default=None, metavar="JOB_ID", help="Every callback of this job, with its attempts.")
+@click.option("--limit", type=click.IntRange(*limits.DEAD_LETTER_LIMIT[1:]), default=limits.DEAD_LETTER_LIMIT[0],
+              show_default=True)
+@hub_command
+def jobs_callbacks(dead: bool, job_id: str | None, limit: int):
+    """Completion callbacks, newest first, with their attempts; URLs shown as their origin only."""
+    from .jobs import dead_letters
+
+    with _hub().db.session() as session:
+        if job_id is not None:
+            found = dead_letters.of_job(session, job_id)
+            if found is None:
+                _fail("not_found", f"No job {job_id}.")
+            assert found is not None
+            _emit({"job_id": job_id, "callbacks": [c for c in found if not dead or c["state"] == "dead"]})
+        elif dead:
+            _emit({"items": dead_letters.letters(session, False, limit)})
+        else:
+            _emit({"callbacks": dead_letters.recent(session, False, limit)})
+
+
+@jobs.command("deliver-callbacks")
+@click.option("--once", is_flag=True, help="Send what is due now, print what was done, and exit.")
+@hub_command
+def jobs_deliver_callbacks(once: bool):
+    """Post due completion callbacks: once, or on and on (as each serving process does in a thread
+    of its own unless BAILING_JOB_CALLBACKS=off) until interrupted."""
+    import threading
+
+    from .jobs import callbacks
+    from .jobs.callback_worker import deliver_due
+
+    hub = _hub()
+    if once:
+        _emit(deliver_due(hub.db, hub.settings, current_app.secret_key).as_json())
+        return
+    stop = threading.Event()
+    try:
+        while True:
+            seen = callbacks.BELL.count
+            deliver_due(hub.db, hub.settings, current_app.secret_key, stop)
+            callbacks.BELL.wait(seen, min(hub.settings.job_callback_poll_seconds, 1.0))
+    except KeyboardInterrupt:
+        stop.set()
+        _emit({"stopped": True})
+
+
+@jobs.command("callback-replay")
+@click.argument("callback_id", type=click.IntRange(1, 2**63 - 1))
+@hub_command
+def jobs_callback_replay(callback_id: int):
+    """Send a dead callback again now (a new cycle of attempts, the first one here). Exits 1 when
+    it was not delivered."""
+    from .identity.admins import operator
+    from .jobs import dead_letters
+
+    hub = _hub()
+    done = dead_letters.replay(hub.db, hub.settings, current_app.secret_key, callback_id, operator().name)
+    if done.status == "not_found":
+        _fail("not_found", f"No callback {callback_id}.")
+    ok = done.status == "delivered" or done.note is not None
+    _emit({"ok": ok, "id": callback_id, "status": done.status,
+           **({"note": done.note} if done.note else {}), **({} if ok else {"error": done.error})})
+    if not ok:
+        sys.exit(1)
+
+
+@jobs.command("callback-resolve")
+@click.argument("callback_id", type=click.IntRange(1, 2**63 - 1))
+@hub_command
+def jobs_callback_resolve(callback_id: int):
+    """Mark a dead callback resolved: it leaves the dead-letter list, nothing more is sent."""
+    from .identity.admins import operator
+    from .jobs import dead_letters
+
+    with _hub().db.session() as session:
+        done = dead_letters.resolve(session, callback_id, operator().name)
+    if done.status == "not_found":
+        _fail("not_found", f"No callback {callback_id}.")
+    ok = done.status == "resolved" or done.note is not None
+    _emit({"ok": ok, "id": callback_id, "status": done.status,
+           **({"note": done.note} if done.note else {}), **({} if ok else {"error": done.error})})
+    if not ok:
+        sys.exit(1)
 
 
 # ------------------------------------------------------------------ hub pause

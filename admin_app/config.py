@@ -141,6 +141,21 @@ class Settings:
     # Tool providers' spec auto refresh (admin_app/providers/schedule.py): a pass every 60 s in
     # each serving process; the database decides which host pulls a due provider.
     spec_auto_refresh: bool = True
+    # Completion callbacks of Client API jobs (admin_app/jobs/callback_worker.py): the delivery
+    # worker of each serving process, and Core's schedule (§D.1): attempts at 0, +2 s and +10 s,
+    # each within 10 s. The schedule is Core's; only the suite shortens it.
+    job_callbacks: bool = True
+    job_callback_retry_seconds: tuple[float, ...] = (2.0, 10.0)
+    job_callback_timeout_seconds: float = 10.0
+    job_callback_poll_seconds: float = 5.0
+    # Core's executor protocol (admin_app/jobs/claims.py, reaper.py): an executor's lease on a
+    # claimed job, and the reaper pass of each serving process with what it enforces: a queued
+    # job's life and a claim's hard cap (§B.8). Core's values; only the suite shortens them.
+    executor_lease_seconds: float = 240
+    job_reaper: bool = True
+    job_reaper_seconds: float = 60
+    job_queue_ttl_seconds: float = 1800
+    job_dispatch_max_seconds: float = 7200
     public_url: str | None = None
     smtp_host: str | None = None
     smtp_port: int = 587
@@ -179,6 +194,12 @@ class Settings:
             notification_max_attempts=_int("BAILING_NOTIFICATION_MAX_ATTEMPTS", 6),
             notification_backoff_seconds=_int("BAILING_NOTIFICATION_BACKOFF_SECONDS", 30, minimum=0),
             spec_auto_refresh=_switch("BAILING_SPEC_AUTO_REFRESH", True),
+            job_callbacks=_switch("BAILING_JOB_CALLBACKS", True),
+            executor_lease_seconds=_int("BAILING_EXECUTOR_LEASE_SECONDS", 240),
+            job_reaper=_switch("BAILING_JOB_REAPER", True),
+            job_reaper_seconds=_int("BAILING_JOB_REAPER_SECONDS", 60),
+            job_queue_ttl_seconds=_int("BAILING_JOB_QUEUE_TTL_SECONDS", 1800),
+            job_dispatch_max_seconds=_int("BAILING_JOB_DISPATCH_MAX_SECONDS", 7200),
             public_url=_public_url(os.environ.get("BAILING_PUBLIC_URL")),
             smtp_host=_no_controls("BAILING_SMTP_HOST", os.environ.get("BAILING_SMTP_HOST")),
             smtp_port=_int("BAILING_SMTP_PORT", 587),

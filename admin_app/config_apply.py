@@ -27,6 +27,9 @@ from .config_audit.log import record_change
 from .identity import client_gate
 from .identity.admins import operator
 from .identity.models import ClientApp, Route, ToolProvider
+from .jobs import budgets
+from .jobs import rules as job_rules
+from .jobs.models import ExecutorTarget
 from .providers import config_pulls
 from .providers.config_pulls import ConfigPull, Resolved
 from .providers.spec_pull import POLICIES
@@ -41,9 +44,14 @@ APPLY_LOCK_KEY = 0x627A636F6E66
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 
 CLIENT_FIELDS = ("app_id", "name", "allowed_routes", "enabled", "agent_authorize_url",
-                 "rate_limit_per_min")  # the client gate (BUSINESS_SIDE §D.1), identity/client_gate.py
+                 "rate_limit_per_min",  # the client gate (BUSINESS_SIDE §D.1), identity/client_gate.py
+                 "budget")  # the Client API's launch-time budget (jobs/budgets.py)
+# What a route does with Client API work (CLIENT_API_AND_EXECUTOR.md §A.3): kept in
+# bz_routes.job_settings, beside its executor target (bz_routes.target).
+JOB_SETTINGS = ("retry", "default_callback_url", "session_policy", "session_key_field", "budget")
 ROUTE_FIELDS = ("route_key", "name", "description", "enabled", "audience", "target_config",
-                "agent_client", "tools", "permission", "approvals")
+                "agent_client", "tools", "permission", "approvals", "target", *JOB_SETTINGS)
+EXECUTOR_TARGET_FIELDS = ("name", "description", "enabled")
 PROVIDER_FIELDS = ("name", "base_url", "openapi", "secret_env", "timeout_ms")
 # Tool rate-limit policies (BUSINESS_SIDE §D.2, catalog/rate_limits.py); optional provider fields.
 PROVIDER_RATE_FIELDS = ("rate_limit_per_min", "tool_rate_limits")
@@ -381,8 +389,11 @@ def check_tools(checker: Checker, value: Any, path: str, providers: dict[str, An
     or to None for a provider of the file that has problems of its own (reported there). Returns
     the route's tools by name, as far as they could be told."""
     route_tools: dict[str, Any] = {}
-    if checker.obj(value, path, optional=("sources", "agent_direct")) is None:
+    if checker.obj(value, path, optional=("sources", "agent_direct", "max_calls")) is None:
         return route_tools
+    if "max_calls" in value:  # tool calls a Client API job may make (§C.2)
+        checker.integer(value["max_calls"], join(path, "max_calls"), minimum=job_rules.MAX_CALLS_RANGE[0],
+                        maximum=job_rules.MAX_CALLS_RANGE[1])
     sources = value.get("sources", [])
     spath = join(path, "sources")
     if not isinstance(sources, list):
@@ -458,7 +469,67 @@ def check_route_approvals(checker: Checker, value: Any, path: str, route_tools: 
         checker.integer(ttl, join(tpath, name), minimum=low, maximum=high)
 
 
-def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dict]) -> dict | None:
+def check_job_settings(checker: Checker, item: dict, path: str, targets: set[str] | None) -> dict[str, Any]:
+    """A route's Client API settings: its executor target (`targets`: the names declared in the
+    database or the file; None when they cannot be told), and what bz_routes.job_settings keeps:
+    `retry.max`, `default_callback_url`, `session_policy` (+ `session_key_field`), `budget`, and
+    `tools.max_calls` (checked with the tools). Only what the file gives is kept."""
+    settings: dict[str, Any] = {}
+    if "target" in item and checker.string(item["target"], join(path, "target"), pattern=job_rules.ROUTE_PATTERN,
+                                           pattern_text="an executor target name") is not None \
+            and targets is not None and item["target"] not in targets:
+        checker.add(join(path, "target"), f"no executor target named '{item['target']}' "
+                                          "(declare it in executor_targets)")
+    if "retry" in item and checker.obj(item["retry"], join(path, "retry"), optional=("max",)) is not None:
+        if "max" in item["retry"]:
+            checker.integer(item["retry"]["max"], join(join(path, "retry"), "max"), minimum=0,
+                            maximum=job_rules.RETRY_MAX)
+        settings["retry"] = {"max": item["retry"].get("max", 0)}
+    if "default_callback_url" in item:
+        if not job_rules.callback_url_ok(item["default_callback_url"]):
+            checker.add(join(path, "default_callback_url"),
+                        f"must be an http(s) URL of at most {job_rules.CALLBACK_URL_MAX} characters")
+        settings["default_callback_url"] = item["default_callback_url"]
+    policy = item.get("session_policy", "new")
+    if "session_policy" in item:
+        if policy not in job_rules.SESSION_POLICIES:
+            checker.add(join(path, "session_policy"), "must be 'new' or 'passthrough'")
+        settings["session_policy"] = policy
+    if "session_key_field" in item:
+        if policy != "passthrough":
+            checker.add(join(path, "session_key_field"), "is used only with session_policy 'passthrough'")
+        checker.string(item["session_key_field"], join(path, "session_key_field"), min_len=1,
+                       max_len=job_rules.SESSION_KEY_FIELD_MAX, single_line=True)
+        settings["session_key_field"] = item["session_key_field"]
+    if "budget" in item:
+        budget = budgets.check_policy(checker, item["budget"], join(path, "budget"))
+        if budget is not None:
+            settings["budget"] = budget
+    tools = item.get("tools")
+    if isinstance(tools, dict) and "max_calls" in tools:
+        settings["max_calls"] = tools["max_calls"]
+    return settings
+
+
+def check_executor_target(checker: Checker, item: Any, path: str) -> dict | None:
+    """One executor target (§B.1): a named slot routes send their Client API work to."""
+    before = len(checker.problems)
+    if checker.obj(item, path, required=("name",), optional=EXECUTOR_TARGET_FIELDS) is None:
+        return None
+    if "name" in item:
+        checker.string(item["name"], join(path, "name"), pattern=job_rules.ROUTE_PATTERN,
+                       pattern_text="^[a-z0-9][a-z0-9_-]{1,63}$")
+    if "description" in item:
+        checker.string(item["description"], join(path, "description"), max_len=limits.ROUTE_DESCRIPTION_MAX)
+    if "enabled" in item:
+        checker.boolean(item["enabled"], join(path, "enabled"))
+    if len(checker.problems) != before:
+        return None
+    return {"name": item["name"], "description": item.get("description", ""), "enabled": item.get("enabled", True)}
+
+
+def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dict],
+                targets: set[str] | None = None) -> dict | None:
     before = len(checker.problems)  # before the shape check: a missing route_key stops the record
     if checker.obj(item, path, required=("route_key", "name"), optional=ROUTE_FIELDS) is None:
         return None
@@ -484,6 +555,7 @@ def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dic
     route_tools = check_tools(checker, item["tools"], join(path, "tools"), providers) if "tools" in item else {}
     if "approvals" in item:
         check_route_approvals(checker, item["approvals"], join(path, "approvals"), route_tools)
+    job_settings = check_job_settings(checker, item, path, targets)
     if len(checker.problems) != before:
         return None
     return {
@@ -498,6 +570,8 @@ def check_route(checker: Checker, item: Any, path: str, providers: dict[str, dic
         "permission": item.get("permission", "full"),
         # Left out, a route keeps the approval settings it has ({} clears them).
         **({"approvals": item["approvals"]} if "approvals" in item else {}),
+        "target": item.get("target"),
+        "job_settings": job_settings,
     }
 
 
@@ -523,6 +597,7 @@ def check_client(checker: Checker, item: Any, path: str, route_keys: set[str]) -
         check_url(checker, url, join(path, "agent_authorize_url"), https_or_loopback=True)
     per_minute = checker.integer(item.get("rate_limit_per_min", client_gate.PER_MINUTE_DEFAULT),
                                  join(path, "rate_limit_per_min"), minimum=0, maximum=client_gate.PER_MINUTE_MAX)
+    budget = budgets.check_policy(checker, item["budget"], join(path, "budget")) if "budget" in item else None
     if len(checker.problems) != before:
         return None
     return {
@@ -532,6 +607,7 @@ def check_client(checker: Checker, item: Any, path: str, route_keys: set[str]) -
         "enabled": item.get("enabled", True),
         "agent_authorize_url": url,
         "rate_limit_per_min": per_minute,
+        "job_budget": budget,
     }
 
 
@@ -639,7 +715,7 @@ def validate(db: Session, doc: dict, base_dir: Path,
         pulled = config_pulls.resolve(db, config_pulls.pull_for_config(doc))
     checker = Checker()
     checker.obj(doc, "", optional=("client_apps", "routes", "tool_providers", "approval_notifications",
-                                   "artifact_buckets"))
+                                   "artifact_buckets", "executor_targets"))
 
     checked = [(join("tool_providers", i), check_provider(checker, item, join("tool_providers", i), base_dir,
                                                           pulled))
@@ -651,7 +727,15 @@ def validate(db: Session, doc: dict, base_dir: Path,
         if isinstance(item, dict) and isinstance(item.get("name"), str):
             known_providers[item["name"]] = result[1] if result else None
 
-    routes = [(join("routes", i), check_route(checker, item, join("routes", i), known_providers))
+    targets = [(join("executor_targets", i), check_executor_target(checker, item, join("executor_targets", i)))
+               for i, item in enumerate(_section(checker, doc, "executor_targets"))]
+    _unique(checker, targets, "name")
+    # Targets of the file count even when invalid, as routes do below.
+    target_names = set(db.scalars(select(ExecutorTarget.name))) | {
+        item["name"] for item in _section(Checker(), doc, "executor_targets")
+        if isinstance(item, dict) and isinstance(item.get("name"), str)}
+
+    routes = [(join("routes", i), check_route(checker, item, join("routes", i), known_providers, target_names))
               for i, item in enumerate(_section(checker, doc, "routes"))]
     _unique(checker, routes, "route_key")
     # Routes of the file count even when invalid: their own problems are reported already.
@@ -682,17 +766,19 @@ def validate(db: Session, doc: dict, base_dir: Path,
         "client_apps": [c for _, c in clients if c],
         "approval_notifications": [c for _, c in channels if c],
         "artifact_buckets": [b for _, b in buckets if b],
+        "executor_targets": [t for _, t in targets if t],
     }
 
 
 # ---------------------------------------------------------------- writing
 
-_MODELS: dict[str, tuple[type[ToolProvider | Route | ClientApp | Channel | Bucket], str]] = {
+_MODELS: dict[str, tuple[type[ToolProvider | Route | ClientApp | Channel | Bucket | ExecutorTarget], str]] = {
     "tool_providers": (ToolProvider, "name"),
     "routes": (Route, "route_key"),
     "client_apps": (ClientApp, "app_id"),
     "approval_notifications": (Channel, "name"),
     "artifact_buckets": (Bucket, "name"),
+    "executor_targets": (ExecutorTarget, "name"),
 }
 
 
@@ -721,9 +807,10 @@ def _apply(db: Session, doc: dict, base_dir: Path, pulls: dict[str, ConfigPull],
     records = validate(db, doc, base_dir, pulled)
     buckets: dict[str, dict[str, list[str]]] = {"created": {}, "changed": {}, "unchanged": {}}
     now = utc_now()
-    # Referenced before referencing. Notification channels are reported only by a file that has
-    # them, so that the report of every other file keeps its shape.
-    sections = ("tool_providers", "routes", "client_apps") + tuple(
+    # Referenced before referencing. Executor targets, notification channels and artifact buckets
+    # are reported only by a file that has them, so that the report of every other file keeps its shape.
+    sections = tuple(name for name in ("executor_targets",) if name in doc) + (
+        "tool_providers", "routes", "client_apps") + tuple(
         name for name in ("approval_notifications", "artifact_buckets") if name in doc)
     for section in sections:
         model, key = _MODELS[section]

@@ -161,6 +161,25 @@ TASK_CREATE_BODY_MAX_BYTES = 64 * KIB
 TASK_CONTROL_BODY_MAX_BYTES = 4 * KIB
 TASK_LIST_LIMIT = (30, 1, 100)                 # default, minimum, maximum: tasks and invocation pages
 
+# ---------------------------------------------------------------- Client API jobs (CLIENT_API_AND_EXECUTOR.md §F)
+# Core's numbers unless a comment says otherwise; paging values outside are clamped, never refused.
+JOB_PREVIEW_CHARS = 200                        # input_preview, and a list's summary of a result (§A.4, §F)
+JOB_LIST_LIMIT = (50, 1, 200)                  # GET /admin/api/runs: default, minimum, maximum (§F)
+JOB_SEARCH_LIMIT = (20, 1, 100)                # GET /admin/api/runs/trace matches (§F)
+# A trace search's value: the longest ID a job is known by (request_id, sql/081); Core sets none.
+JOB_SEARCH_VALUE_MAX = 512
+JOB_TRACE_EVENTS_MAX = 100                     # a job trace is built from the first 100 audit rows (§F)
+JOB_AUDIT_MAX = 100                            # GET /admin/api/runs/<id>/audit rows (§F)
+# GET /admin/api/delivery-dlq (§D.3): default, minimum, maximum; below the minimum (or not a
+# number) means the default.
+DEAD_LETTER_LIMIT = (100, 1, 500)
+DEAD_LETTER_PREVIEW_CHARS = 500                # a dead letter's content_preview (§D.3)
+EXECUTOR_TOKEN_DESCRIPTION_MAX = 500           # Core sets none (§B.2)
+EXECUTOR_TOKEN_BODY_MAX_BYTES = 64 * KIB       # POST /admin/api/executor-tokens; Core reads up to 1 MiB (§1)
+DISPATCH_LEASES_MAX = 200                      # GET /admin/api/dispatch-status leases (§F)
+DISPATCH_BLOCKED_THREADS_MAX = 200             # and blocked threads (Core states no cap)
+DISPATCH_INFLIGHT_JOBS_MAX = 10                # in-flight job IDs of a blocked thread (§F)
+
 # ---------------------------------------------------------------- console support triage
 RUN_LOOKUP_LENGTH = (4, 191)                   # an ID prefix long enough to narrow, and a cap
 

@@ -144,3 +144,32 @@ CREATE TABLE bz_job_callback_attempts (
     duration_ms   integer NOT NULL
 );
 CREATE INDEX bz_job_callback_attempts_callback ON bz_job_callback_attempts (callback_id, attempt);
+
+-- The dead-letter list of completion callbacks (CLIENT_API_AND_EXECUTOR.md §D.3): an operator
+-- resolves a dead callback (seen, nothing more to send) or replays it. A callback is in the list
+-- once it died, until it is resolved; a replay that delivers it resolves it too. Core keeps no
+-- dead letter for callbacks; the hub does (docs/compatibility.md).
+ALTER TABLE bz_job_callbacks
+    ADD COLUMN resolved_at  timestamptz,
+    ADD COLUMN resolved_by  text CHECK (char_length(resolved_by) <= 128),
+    ADD COLUMN died_at      timestamptz,     -- the first time it went dead: it is a dead letter
+    ADD CONSTRAINT bz_job_callbacks_resolved CHECK ((resolved_at IS NULL) = (resolved_by IS NULL));
+
+-- The list, newest first: the unresolved ones (the default), or every one ever dead (`all=1`).
+CREATE INDEX bz_job_callbacks_letters ON bz_job_callbacks (died_at DESC, id DESC)
+    WHERE died_at IS NOT NULL;
+
+-- The console's jobs list and the admin API's trace search (CLIENT_API_AND_EXECUTOR.md §F): a job
+-- is looked up by a prefix of any ID it is known by, and searched by request, principal and
+-- thread. A UUID prefix is a range of the primary key's btree; text_pattern_ops makes
+-- `LIKE 'prefix%'` an index range read on the text IDs whatever the database's collation.
+CREATE INDEX bz_jobs_request_prefix ON bz_jobs (request_id text_pattern_ops);
+CREATE INDEX bz_jobs_session_prefix ON bz_jobs (session_id text_pattern_ops);
+CREATE INDEX bz_jobs_executor_prefix ON bz_jobs (executor_id text_pattern_ops) WHERE executor_id IS NOT NULL;
+-- The trace search by thread (the job's thread key) and by principal, newest first.
+CREATE INDEX bz_jobs_thread_recent ON bz_jobs (thread_key, created_at DESC, id DESC);
+CREATE INDEX bz_jobs_principal ON bz_jobs ((principal ->> 'id'), created_at DESC, id DESC)
+    WHERE principal IS NOT NULL;
+
+-- Launch-time route budgets (§C.6) sum the jobs of one route created in a window.
+CREATE INDEX bz_jobs_route_recent ON bz_jobs (route_key, created_at);

@@ -30,7 +30,7 @@ MERGE = {"source_customer_id": "C-100235", "target_customer_id": "C-100234",
 CREDIT = {"customer_id": "C-100234", "credit_limit": 20000}
 ADJUST = {"sku": "ABC-1001", "warehouse_id": "WH-BER", "quantity_delta": -150, "reason": "write_off"}
 # Which navigation links and pages each role may see.
-NAV = {"Conversations": "runs:read", "Runs": "runs:read", "Approvals": "approvals:read",
+NAV = {"Conversations": "runs:read", "Runs": "runs:read", "Dead letters": "runs:read", "Approvals": "approvals:read",
        "Access log": "audit:read", "Tasks": "clients:read", "Admins": "admins:manage", "Pause": "system:write"}
 ROLES = {
     "admin": {"runs:read", "audit:read", "approvals:read", "approvals:decide", "admins:manage", "clients:read",

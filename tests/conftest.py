@@ -282,6 +282,10 @@ def serve(application) -> LiveServer:
     return LiveServer(application)
 
 
+# The background threads an app of a test's own settings may start (admin_app/__init__.py).
+BACKGROUND_WORKERS = ("bailing.notifications", "bailing.job_callbacks", "bailing.spec_refresh", "bailing.job_reaper")
+
+
 @pytest.fixture
 def hub_app(db_url, tmp_path):
     """`hub_app(setup=None, **settings)`: an app of the test's own settings (a metrics token, a
@@ -299,6 +303,9 @@ def hub_app(db_url, tmp_path):
     yield build
     for application, live in made:
         live.stop()
+        for name in BACKGROUND_WORKERS:  # before the database goes: they would log its absence
+            if name in application.extensions:
+                application.extensions[name].stop(5)
         application.extensions["bailing"].db.dispose()
 
 

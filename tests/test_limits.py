@@ -28,7 +28,7 @@ KEYWORDS = ("maxItems", "minItems", "maxLength", "minLength", "maxProperties", "
 
 # Bounds that say "present", "not negative" or "empty", wherever they appear.
 TRIVIAL = {("minimum", 0), ("minimum", 1), ("minLength", 1), ("minItems", 1), ("maxProperties", 0),
-           ("default", 0)}
+           ("maxItems", 0), ("default", 0)}
 
 # Numbers that are formats, not limits of the contract.
 FORMATS = {
@@ -247,12 +247,34 @@ TIED: dict[str, list[str]] = {
         "admin-api.json#/paths/~1agent-tasks~1{task_id}/get/parameters/1/description",
         "admin-api.json#/components/schemas/AgentTaskList/properties/items/maxItems",
         "admin-api.json#/components/schemas/AgentTaskDetail/properties/invocations/maxItems"],
+    # ------------------------------------------------------------ Client API jobs
+    "JOB_PREVIEW_CHARS": [f"{A}#{S}ClientJobListRow/properties/input_preview/maxLength",
+                          f"{A}#{S}ClientJobListRow/properties/summary/maxLength"],
+    "JOB_LIST_LIMIT[0]": [f"{A}#/paths/~1runs/get/parameters/0/schema/default"],
+    "JOB_LIST_LIMIT[2]": [f"{A}#/paths/~1runs/get/parameters/0/description"],
+    "JOB_SEARCH_LIMIT[0]": [f"{A}#/paths/~1runs~1trace/get/parameters/6/schema/default"],
+    "JOB_SEARCH_LIMIT[2]": [f"{A}#/paths/~1runs~1trace/get/parameters/6/description"],
+    "JOB_SEARCH_VALUE_MAX": [f"{A}#/paths/~1runs~1trace/get/parameters/{i}/schema/maxLength" for i in range(6)],
+    "JOB_TRACE_EVENTS_MAX": [f"{A}#{S}ClientJobTrace/properties/trace/properties/events/maxItems"],
+    "JOB_AUDIT_MAX": [f"{A}#/paths/~1runs~1{{job_id}}~1audit/get/description",
+                      f"{A}#/paths/~1runs~1{{job_id}}~1audit/get/responses/200/content/application~1json/schema/maxItems"],
+    "DEAD_LETTER_LIMIT[2]": [f"{A}#/paths/~1delivery-dlq/get/parameters/1/description"],
+    "DEAD_LETTER_PREVIEW_CHARS": [f"{A}#{S}DeadLetter/properties/content_preview/maxLength"],
+    "EXECUTOR_TOKEN_DESCRIPTION_MAX": [f"{A}#{S}ExecutorTokenWrite/properties/description/maxLength"],
+    "EXECUTOR_TOKEN_BODY_MAX_BYTES": [f"{A}#/paths/~1executor-tokens/post/responses/413/description"],
+    "DISPATCH_LEASES_MAX": [f"{A}#/paths/~1dispatch-status/get/description",
+                            f"{A}#{S}DispatchStatus/properties/leases/maxItems"],
+    "DISPATCH_INFLIGHT_JOBS_MAX": [
+        f"{A}#{S}DispatchStatus/properties/blocked_threads/items/properties/inflight_jobs/maxItems"],
     # ------------------------------------------------------------ formats
     "SAFE_INTEGER_MAX": [f"{A}#{S}AgentTaskControl/properties/expected_revision/maximum",
                          f"{A}#/paths/~1conversation-audits/get/parameters/0/schema/maximum",
                          f"{A}#/paths/~1conversation-audits/get/parameters/1/schema/maximum",
                          f"{A}#/paths/~1conversation-audits~1{{archive_id}}/get/parameters/1/schema/maximum",
-                         f"{A}#/paths/~1conversation-audits~1{{archive_id}}/get/parameters/2/schema/maximum"],
+                         f"{A}#/paths/~1conversation-audits~1{{archive_id}}/get/parameters/2/schema/maximum",
+                         f"{A}#/paths/~1runs/get/parameters/0/schema/maximum",
+                         f"{A}#/paths/~1runs/get/parameters/1/schema/maximum",
+                         f"{A}#/paths/~1runs~1trace/get/parameters/6/schema/maximum"],
     "INT32_MAX": [f"{R}#{S}Event{kind}/properties/sequence/maximum"
                   for kind in ("TurnStart", "UserMessage", "AssistantMessage", "RunLink", "TurnEnd")]
                  + [f"{R}#{S}KnowledgeReadRequest/properties/offset/maximum"],

@@ -16,7 +16,8 @@ from ..identity.tokens import bearer_from_header
 from ..invocations import approvals
 from ..reads import approvals as approval_reads
 from ..reads import archives as archive_reads
-from ..reads.traces import agent_client_trace, core_job_trace, job_trace, run_trace
+from ..reads.jobs import any_job_trace
+from ..reads.traces import agent_client_trace, job_trace, run_trace
 from ..validation import SAFE_INTEGER_MAX
 from .auth import admin_permission_required, agent_bearer_is_valid, read_db, replica_reads
 from .body import read_json_object
@@ -135,8 +136,9 @@ def agent_run_trace(thread_id: str, run_id: str):
 @admin_permission_required("runs:read")
 @replica_reads
 def job_run_trace(job_id: str):
+    """An agent's tool job (an invocation) as before; else a Client API job (reads/jobs.py)."""
     with read_db() as db:
-        trace = core_job_trace(db, job_id, probe(db))
+        trace = any_job_trace(db, job_id, probe(db))
     recorded("job_trace_view", uuid.UUID(job_id))
     return jsonify(trace)
 

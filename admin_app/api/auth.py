@@ -3,6 +3,7 @@ keeps it in `g.db`, so a refusal anywhere in the view rolls back everything the 
 from __future__ import annotations
 
 from functools import wraps
+from typing import TYPE_CHECKING
 
 from flask import current_app, g, request
 
@@ -14,9 +15,13 @@ from ..identity.tokens import bearer_from_header
 from ..observability import read_source
 from .config_changes import note_write
 
+if TYPE_CHECKING:
+    from ..db import Database
 
-def database():
-    return current_app.extensions["bailing"].db
+
+def database() -> Database:
+    db: Database = current_app.extensions["bailing"].db
+    return db
 
 
 def agent_session_required(view):

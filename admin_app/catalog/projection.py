@@ -5,6 +5,11 @@ Rules, in order: a tool comes from a source provider of the route whose `allow` 
 `tools.agent_direct.write_tools`; a tool with `subject.required` is hidden from a session without
 `on_behalf_of`. Approval is ACC's (`risk: high`, `approval.required`, `approval.when`), and the
 route's `force_approval_tools` can only add to it.
+
+A job of the Client API (admin_app.jobs, CLIENT_API_AND_EXECUTOR.md §C) is a caller too, under
+Core's job rules: the route's `tools.sources` whether or not `agent_direct` is enabled, and a write
+with `permission: full` alone (`agent_direct.write_tools` names what a *local agent* may call
+directly; Core's job path has no such list). `force_approval_tools` still adds approval.
 """
 from __future__ import annotations
 
@@ -12,14 +17,28 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
 from .. import limits
 from ..canonical import canonical_json, sha256_json
-from ..identity.models import AgentSession, Route
+from ..identity.models import Route
 from .compiler import Tool
 from .store import compiled_providers
+
+
+class Caller(Protocol):
+    """Who a projection is for, by what it depends on: an agent session, or a job."""
+
+    @property
+    def on_behalf_of(self) -> str | None: ...
+
+    @property
+    def principal(self) -> dict[str, Any] | None: ...
+
+    @property
+    def client_app_id(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -108,24 +127,24 @@ _RECENT_MAX = 256
 _recent_lock = threading.Lock()
 
 
-def project(db: Session, route: Route, session: AgentSession) -> Projection:
-    """What `session` sees in `route`. Computing it hashes every visible tool, so the result is
-    reused while the route's tool settings, the providers' compiled versions and whether the
-    session acts for a subject stay the same."""
+def project(db: Session, route: Route, session: Caller, for_job: bool = False) -> Projection:
+    """What `session` (an agent session; with `for_job`, a job) sees in `route`. Computing it
+    hashes every visible tool, so the result is reused while the route's tool settings, the
+    providers' compiled versions and whether the caller acts for a subject stay the same."""
     tools_cfg = route.tools or {}
     direct = tools_cfg.get("agent_direct") or {}
-    sources = (tools_cfg.get("sources") or []) if direct.get("enabled", False) else []
+    sources = (tools_cfg.get("sources") or []) if for_job or direct.get("enabled", False) else []
     providers = compiled_providers(db, [s["provider"] for s in sources])
     held = tuple(providers.values())
     key = (route.route_key, route.permission, canonical_json(tools_cfg), bool(session.on_behalf_of),
-           tuple(id(p) for p in held))
+           tuple(id(p) for p in held), for_job)
     with _recent_lock:
         hit = _recent.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], held)):
             _recent.move_to_end(key)
             return hit[1]
     found = _compute(route, session, sources, providers, forced_approval(direct),
-                     set(direct.get("write_tools") or []))
+                     None if for_job else set(direct.get("write_tools") or []))
     with _recent_lock:
         _recent[key] = (held, found)
         while len(_recent) > _RECENT_MAX:
@@ -133,8 +152,9 @@ def project(db: Session, route: Route, session: AgentSession) -> Projection:
     return found
 
 
-def _compute(route: Route, session: AgentSession, sources: list, providers: dict, forced: set[str],
-             write_tools: set[str]) -> Projection:
+def _compute(route: Route, session: Caller, sources: list, providers: dict, forced: set[str],
+             write_tools: set[str] | None) -> Projection:
+    """`write_tools` None: a write needs no name in a list (a job's projection)."""
     visible: dict[str, Visible] = {}
     for source in sources:
         provider = providers.get(source["provider"])
@@ -144,7 +164,8 @@ def _compute(route: Route, session: AgentSession, sources: list, providers: dict
         for tool in provider.tools.values():
             if "*" not in allow and tool.scope not in allow:
                 continue
-            if not tool.readonly and (route.permission != "full" or tool.name not in write_tools):
+            if not tool.readonly and (route.permission != "full"
+                                      or (write_tools is not None and tool.name not in write_tools)):
                 continue
             if tool.subject_required and not session.on_behalf_of:
                 continue

@@ -29,6 +29,12 @@ def init_app(app: Flask) -> None:
     from . import providers  # tool providers: spec pull and probes
 
     app.register_blueprint(providers.bp)
+    from . import dead_letters  # completion callbacks of jobs that failed for good
+
+    app.register_blueprint(dead_letters.bp)
+    from . import jobs  # Client API jobs beside the runs, their executors and tokens
+
+    app.register_blueprint(jobs.bp)
     pause.init_app(app)  # the control, and the banner on every page while paused
 
 

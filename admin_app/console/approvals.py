@@ -198,17 +198,20 @@ def decide(approval_id: str):
     with database().session() as db:
         admin = db.get(Admin, current_user.admin_id)
         try:
-            service.decide(db, admin, approval_id, "approved" if decision == "approve" else "denied", body,
-                           door="console")
+            decided = service.decide(db, admin, approval_id, "approved" if decision == "approve" else "denied",
+                                     body, door="console")
         except ApiError as err:
             db.rollback()
             plain = err.code == "invalid_request" and decision == "approve"  # the hash field, not a reason
             flash(err.message if plain else DECISION_REFUSED.get(err.code, err.message), "error")
             return redirect(url_for(".detail", approval_id=approval_id, **given), code=303)
-        flash("Approved: the agent's resume will run exactly this snapshot." if decision == "approve"
-              else "Denied: the call will never reach the business system.", "ok")
+        if decided["rerun"]:  # a finished job's call (CLIENT_API_AND_EXECUTOR.md §C.7)
+            flash("Approved: the finished job was queued again; its next run may make exactly this call.", "ok")
+        else:
+            flash("Approved: the agent's resume will run exactly this snapshot." if decision == "approve"
+                  else "Denied: the call will never reach the business system.", "ok")
         if request.form.get("then") == "next":
-            current, _inv, _session = service.get(db, approval_id)
+            current = service.get(db, approval_id)[0]
             following = reads.next_pending(db, f, current)
     if request.form.get("then") != "next":
         return redirect(url_for(".detail", approval_id=approval_id, **given), code=303)

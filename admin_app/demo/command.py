@@ -122,7 +122,7 @@ def _prepare_hub(hub, state: DemoState, reset: bool, tokens: dict[str, str], bus
         for app_id, system in (("crm-demo", "crm"), ("erp-demo", "erp")):
             token = state.data["client_tokens"].get(app_id)
             if token is None or authenticate_client_token(db, token) is None:
-                token = rotate_client_token(db, app_id)["client_token"]
+                token = rotate_client_token(db, app_id, hub.secret_key)["client_token"]
                 state.data["client_tokens"][app_id] = token
             tokens[system] = token
         for role in ROLES:

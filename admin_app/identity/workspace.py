@@ -41,14 +41,23 @@ def _matches(allowed: list, value) -> bool:
 def audience_allows(policy: dict, principal: dict | None) -> bool:
     """Each non-empty list must match the principal ('*' matches any present value); without a
     principal only an `anonymous` route admits the session; a disabled gate admits everyone."""
+    return audience_refusal(policy, principal) is None
+
+
+def audience_refusal(policy: dict, principal: dict | None) -> str | None:
+    """Why the audience gate refuses `principal`, in Core's words (the Client API's `reason`,
+    checked in Core's order), or None when it admits it."""
     if not policy.get("enabled", False):
-        return True
+        return None
     if principal is None:
-        return bool(policy.get("anonymous", False))
-    return (_matches(policy.get("ids", []), principal.get("id"))
-            and _matches(policy.get("tenants", []), principal.get("tenant"))
-            and _matches(policy.get("roles", []), principal.get("roles") or None)
-            and _matches(policy.get("audiences", []), principal.get("audience")))
+        return None if policy.get("anonymous", False) else "route_requires_principal"
+    for key, value, reason in (("tenants", principal.get("tenant"), "tenant_not_allowed"),
+                               ("roles", principal.get("roles") or None, "role_not_allowed"),
+                               ("ids", principal.get("id"), "principal_not_allowed"),
+                               ("audiences", principal.get("audience"), "audience_not_allowed")):
+        if not _matches(policy.get(key, []), value):
+            return reason
+    return None
 
 
 def agent_client_enabled(route: Route) -> bool:

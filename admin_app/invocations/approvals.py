@@ -11,15 +11,22 @@ comparison with the clock wherever it matters (`expired`, `expired_clause`), nev
 written by a sweeper, so it holds to the instant.
 
 An approval is named by its UUID (`id`, as the console and admin API always did) or by its
-number (`approval_id`, as agents see it)."""
+number (`approval_id`, as agents see it).
+
+A call is an agent session's or a Client API job's (sql/081; admin_app.jobs, a package above this
+one): a job's approval shows the job (its id and request id, Core's `job_id`/`request_id`, and its
+client app) where a session's shows the session, and its owner hears of each decision
+(`on_decided`) to rerun a finished job (CLIENT_API_AND_EXECUTOR.md §C.7)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (ColumnElement, CursorResult, DateTime, Interval, Select, and_, func, literal, select, text,
-                        update)
+from sqlalchemy import (ColumnElement, CursorResult, DateTime, Interval, Select, Text, and_, column, func, literal,
+                        select, table, text, update)
+from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Session, defer
 
 from .. import limits
@@ -32,6 +39,33 @@ from ..tasks import metering
 from .models import Approval, Invocation
 
 NUMBER_MAX = 2**63 - 1
+
+# The job that owns a job's call (sql/081), read as a plain table: its package sits above this one.
+JOBS = table("bz_jobs", column("id", UUID(as_uuid=True)), column("client_app_id", Text),
+             column("request_id", Text))
+# The client app that asked for a call: its agent session's, or its job's.
+REQUESTER_APP = func.coalesce(AgentSession.client_app_id, JOBS.c.client_app_id)
+
+# What the owner of a call does when its approval is decided (approval id, "approved"/"denied"):
+# True when it reran its work. An agent resumes its own call, so nothing is registered for it;
+# admin_app.jobs registers the rerun of a finished job here.
+DecisionHook = Callable[[Session, uuid.UUID, str], bool]
+_decision_hooks: list[DecisionHook] = []
+
+
+def on_decided(hook: DecisionHook) -> DecisionHook:
+    if hook not in _decision_hooks:
+        _decision_hooks.append(hook)
+    return hook
+
+
+def after_decision(db: Session, approval_id: uuid.UUID, decision: str) -> bool:
+    """Tell the owners of the call, every one, in the deciding transaction; True when one reran
+    its work."""
+    reran = False
+    for hook in _decision_hooks:
+        reran = hook(db, approval_id, decision) or reran
+    return reran
 
 
 def _not_found() -> ApiError:
@@ -91,13 +125,21 @@ def decidable_clause(now: datetime) -> ColumnElement[bool]:
                 (Approval.expires_at.is_(None)) | (Approval.expires_at > instant(now)))
 
 
-def item_view(approval: Approval, inv: Invocation, session: AgentSession | None) -> dict:
-    """What a queue shows: never the snapshot itself."""
+def item_view(approval: Approval, inv: Invocation, session: AgentSession | None,
+              job_app: str | None = None, job_request: str | None = None) -> dict:
+    """What a queue shows: never the snapshot itself. A job's call (`inv.owner_job_id`) shows
+    its job: Core's `job_id` and `request_id`, the job's client app (`job_app`)."""
+    job = inv.owner_job_id
+    requester: dict[str, Any] = {"session_id": str(inv.session_id) if job is None else None}
+    if job is not None:
+        requester["job_id"] = str(job)
+    requester.update(client_app_id=session.client_app_id if session else job_app,
+                     principal=approval.principal, on_behalf_of=approval.on_behalf_of)
     return {
         "id": str(approval.id),
         "approval_id": approval.number,
-        "job_id": str(inv.id),
-        "request_id": inv.invocation_id,
+        "job_id": str(inv.id) if job is None else str(job),
+        "request_id": inv.invocation_id if job is None else job_request,
         "invocation_id": inv.invocation_id,
         "provider": inv.provider,
         "tool": approval.tool,
@@ -111,12 +153,7 @@ def item_view(approval: Approval, inv: Invocation, session: AgentSession | None)
         "summary": approval.summary,
         "prompt": approval.prompt,
         "policy": approval.policy,
-        "requester": {
-            "session_id": str(inv.session_id),
-            "client_app_id": session.client_app_id if session else None,
-            "principal": approval.principal,
-            "on_behalf_of": approval.on_behalf_of,
-        },
+        "requester": requester,
         "on_behalf_of": approval.on_behalf_of,
         "invocation_status": inv.status,
         "created_at": iso(approval.created_at),
@@ -134,17 +171,18 @@ def item_view(approval: Approval, inv: Invocation, session: AgentSession | None)
     }
 
 
-def summary_select() -> Select[tuple[Approval, Invocation, AgentSession]]:
-    """An approval with its invocation and session, without the argument snapshot: it can be a
-    mebibyte, and lists (reads.approvals) and summaries show only its size and hash (snapshot()
-    reads it)."""
-    return (select(Approval, Invocation, AgentSession)
+def summary_select() -> Select[tuple[Approval, Invocation, AgentSession | None, str | None, str | None]]:
+    """An approval with its invocation and its session, or its job's client app and request id
+    (item_view's arguments), without the argument snapshot: it can be a mebibyte, and lists
+    (reads.approvals) and summaries show only its size and hash (snapshot() reads it)."""
+    return (select(Approval, Invocation, AgentSession, JOBS.c.client_app_id, JOBS.c.request_id)
             .join(Invocation, Invocation.id == Approval.job_id)
-            .join(AgentSession, AgentSession.id == Invocation.session_id)
+            .outerjoin(AgentSession, AgentSession.id == Invocation.session_id)
+            .outerjoin(JOBS, JOBS.c.id == Invocation.owner_job_id)
             .options(defer(Approval.snapshot)))
 
 
-def get(db: Session, approval_ref: str) -> tuple[Approval, Invocation, AgentSession]:
+def get(db: Session, approval_ref: str) -> tuple[Approval, Invocation, AgentSession | None, str | None, str | None]:
     column, key = _reference(approval_ref)
     row = db.execute(summary_select().where(column == key)).first()
     if row is None:
@@ -201,10 +239,11 @@ def decide(db: Session, admin: Admin, approval_ref: str, decision: str, body: di
         raise ApiError("approval_snapshot_changed")
     if decision == "denied":
         end_denied(db, approval_id)
+    rerun = after_decision(db, approval_id, decision)
     db.expire_all()
     # `ok` and `rerun` as upstream answers a decision: an agent's call never reruns by itself,
-    # the agent resumes it.
-    return {**item_view(*get(db, str(approval_id))), "ok": True, "rerun": False}
+    # the agent resumes it; a finished job is queued again (its owner's hook).
+    return {**item_view(*get(db, str(approval_id))), "ok": True, "rerun": rerun}
 
 
 def end_denied(db: Session, approval_id: uuid.UUID) -> None:

@@ -11,7 +11,9 @@ The first decision wins: one conditional UPDATE on a pending, unexpired row with
 business system names (the approvers' own path, approvals.decide, takes the same row lock
 first). The same (decision, decision_id) again answers 200 `idempotent` and changes nothing; one
 decision_id never decides two approvals (a UNIQUE column, sql/075). An agent's call is never
-rerun by a decision: the agent's resume dispatches the frozen snapshot once (service.py)."""
+rerun by a decision: the agent's resume dispatches the frozen snapshot once (service.py). A Client
+API job's call is named by its job (Core's `job_id` and `request_id`), its door opened by its
+job's client app, and an approval of a finished job queues it again (approvals.on_decided)."""
 from __future__ import annotations
 
 import hmac
@@ -33,7 +35,7 @@ from ..identity.models import AgentSession, ClientApp
 from ..identity.roles import permissions_of
 from ..notifications import message, request
 from ..validation import strict_json_loads
-from .approvals import decidable_clause, end_denied, expired
+from .approvals import JOBS, after_decision, decidable_clause, end_denied, expired
 from .models import Approval, Invocation
 
 BODY_MAX_BYTES = limits.APPROVAL_DECISION_BODY_MAX_BYTES
@@ -81,7 +83,7 @@ def decide(db: Session, number: int, raw: bytes | None, credentials: Credentials
         raise Refused(404, {"error": JOB_NOT_FOUND})
     body = _parse(raw)
     credential = _authenticate(db, approval, inv, raw or b"", credentials)
-    decision = _envelope(body, approval, inv, number)
+    decision = _envelope(body, approval, _call_identity(db, inv), number)
     if approval.status != "pending":
         if approval.status == decision["decision"] and approval.decision_id == decision["decision_id"]:
             return _answer(approval, idempotent=True)
@@ -109,14 +111,16 @@ def decide(db: Session, number: int, raw: bytes | None, credentials: Credentials
         raise Refused(409, {"error": CHANGED})
     if decision["decision"] == "denied":
         end_denied(db, approval.id)
+    rerun = after_decision(db, approval.id, decision["decision"])
     db.expire_all()
-    return _answer(db.get_one(Approval, approval.id), idempotent=False)
+    return _answer(db.get_one(Approval, approval.id), idempotent=False, rerun=rerun)
 
 
-def _answer(approval: Approval, *, idempotent: bool) -> dict[str, Any]:
-    # `rerun` is false for every agent invocation: it never runs by itself, its agent resumes it.
+def _answer(approval: Approval, *, idempotent: bool, rerun: bool = False) -> dict[str, Any]:
+    # `rerun` is false for every agent invocation: it never runs by itself, its agent resumes it;
+    # true when the approval queued a finished job again.
     return {"ok": True, "id": approval.number, "status": approval.status, "decision_id": approval.decision_id,
-            "idempotent": idempotent, "rerun": False}
+            "idempotent": idempotent, "rerun": rerun}
 
 
 def _parse(raw: bytes | None) -> Any:
@@ -153,9 +157,21 @@ def _authenticate(db: Session, approval: Approval, inv: Invocation, raw: bytes, 
 
 
 def _owner(db: Session, inv: Invocation) -> ClientApp | None:
-    """The client app whose agent session asked for the call."""
-    app_id = db.scalar(select(AgentSession.client_app_id).where(AgentSession.id == inv.session_id))
+    """The client app whose agent session (or job) asked for the call."""
+    if inv.owner_job_id is not None:
+        app_id = db.scalar(select(JOBS.c.client_app_id).where(JOBS.c.id == inv.owner_job_id))
+    else:
+        app_id = db.scalar(select(AgentSession.client_app_id).where(AgentSession.id == inv.session_id))
     return db.scalar(select(ClientApp).where(ClientApp.app_id == app_id)) if app_id else None
+
+
+def _call_identity(db: Session, inv: Invocation) -> tuple[str, str]:
+    """(job_id, request_id) as the approval request named the call: an agent's synthetic job and
+    invocation id, or a job's own id and request id."""
+    if inv.owner_job_id is None:
+        return str(inv.id), inv.invocation_id
+    request_id = db.scalar(select(JOBS.c.request_id).where(JOBS.c.id == inv.owner_job_id))
+    return str(inv.owner_job_id), request_id or ""
 
 
 def _signed(db: Session, approval: Approval, raw: bytes, given: Credentials) -> bool:
@@ -172,7 +188,7 @@ def _signed(db: Session, approval: Approval, raw: bytes, given: Credentials) -> 
 
 # ---------------------------------------------------------------- the envelope (Core's APPRC)
 
-def _envelope(body: Any, approval: Approval, inv: Invocation, number: int) -> dict[str, Any]:
+def _envelope(body: Any, approval: Approval, call: tuple[str, str], number: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         _bad("请求体必须是 JSON 对象")
 
@@ -186,8 +202,7 @@ def _envelope(body: Any, approval: Approval, inv: Invocation, number: int) -> di
         _bad(f"schema_version 必须是 {request.DECISION_SCHEMA}")
     if _number(body.get("approval_id")) != number:
         _bad("approval_id 与回调地址中的审批单不一致")
-    for name, stored in (("job_id", str(inv.id)), ("request_id", inv.invocation_id),
-                         ("args_hash", approval.args_hash)):
+    for name, stored in (("job_id", call[0]), ("request_id", call[1]), ("args_hash", approval.args_hash)):
         if text(name) != stored:
             _bad(f"{name} 与审批单不一致")
     decision = text("decision").lower()

@@ -17,7 +17,11 @@ import logging
 import os
 import re
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from jsonschema import Draft202012Validator
 from sqlalchemy import select, text
@@ -29,7 +33,7 @@ from sqlalchemy.orm import Session
 from .. import limits
 from ..canonical import canonical_json, sha256_json, utc_now
 from ..catalog.compiler import TOOL_NAME
-from ..catalog.projection import Visible, forced_approval, project
+from ..catalog.projection import Caller, Visible, forced_approval, project
 from ..db import Database
 from ..errors import ApiError, invalid_request, unauthorized
 from ..identity import client_gate
@@ -183,7 +187,7 @@ class Dispatcher:
         self.conn: Connection | None = None
         self.key: str | None = None
 
-    def session(self):
+    def session(self) -> AbstractContextManager[Session]:
         """A transaction on the request's connection."""
         return self.database.session(self.conn)
 
@@ -222,11 +226,40 @@ class Dispatcher:
             conn.close()
 
 
+@dataclass(frozen=True)
+class JobOwner:
+    """A call made inside a Client API job (admin_app.jobs, CLIENT_API_AND_EXECUTOR.md §C.5): the
+    business system is told the job's id and client app, not the invocation's; the idempotency
+    key is taken over the job id (BUSINESS_SIDE §A.6) and sent for a side-effecting tool only, as
+    Core sends it on this path."""
+
+    job_id: str
+    client_app_id: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How the outcome of a dispatch is told: `recorded` reads the invocation in the transaction
+    that recorded it; `unknown` answers from the pre-dispatch answer and the idempotency key when
+    nothing can be read. By default, the agent API's invocation view."""
+
+    recorded: Callable[[Session, Invocation], Any]
+    unknown: Callable[[Any, str], Any]
+
+
+def _agent_view(db: Session, inv: Invocation) -> dict:
+    return view(db, inv, _approval(db, inv))
+
+
+AGENT = Answer(_agent_view, unresolved_view)
+
+
 def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvider,
-             arguments: dict, dispatcher: Dispatcher, managed: metering.Managed | None) -> dict | None:
+             arguments: dict, dispatcher: Dispatcher, managed: metering.Managed | None,
+             job: JobOwner | None = None) -> dict | None:
     """Write the journal row for a dispatch about to happen (under a task, with its permit,
     granted first); None when the provider secret is missing (the call is then refused before
-    anything is sent, and a task gives its reservation back)."""
+    anything is sent, and a task gives its reservation back). `job`: the job that makes the call."""
     secret = os.environ.get(provider.secret_env)
     if not secret:
         inv.status, inv.reason = "rejected_before_dispatch", "provider_secret_unavailable"
@@ -236,8 +269,9 @@ def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvi
     if managed is not None:
         metering.grant(db, managed, inv.id, utc_now())
     call = dispatch.prepare(visible.tool, provider.base_url, arguments)
+    job_id = str(inv.id) if job is None else job.job_id
     # Core's key (BUSINESS_SIDE §A.6): stable across resumes, since the job id is.
-    key = sha256_json({"args_hash": inv.args_hash, "job_id": str(inv.id), "on_behalf_of": inv.on_behalf_of or "",
+    key = sha256_json({"args_hash": inv.args_hash, "job_id": job_id, "on_behalf_of": inv.on_behalf_of or "",
                        "tool": inv.tool})
     # The path template, not the filled path: the hub keeps key names, never argument values.
     db.add(JournalEntry(job_id=inv.id, state="dispatching", idempotency_key=key, method=call.method,
@@ -245,17 +279,21 @@ def _reserve(db: Session, inv: Invocation, visible: Visible, provider: ToolProvi
     # Before this transaction commits: nobody may see the row without its lock holder.
     dispatcher.hold(db, inv.id)
     inv.status, inv.updated_at = "in_progress", utc_now()
-    caller = db.get(AgentSession, inv.session_id)  # already loaded by the bearer check
+    if job is None:
+        caller = db.get(AgentSession, inv.session_id)  # already loaded by the bearer check
+        client, send_key = caller.client_app_id if caller else "", True
+    else:
+        client, send_key = job.client_app_id, not visible.tool.readonly and not visible.tool.idempotent
     return {"call": call, "secret": secret, "key": key, "scope": visible.tool.scope,
-            "timeout_ms": visible.tool.timeout_ms, "job_id": str(inv.id),
-            "on_behalf_of": inv.on_behalf_of or "", "client": caller.client_app_id if caller else ""}
+            "timeout_ms": visible.tool.timeout_ms, "job_id": job_id,
+            "on_behalf_of": inv.on_behalf_of or "", "client": client, "send_key": send_key}
 
 
 def sha256_bytes(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def _record(db: Session, inv_id: uuid.UUID, outcome: dispatch.Outcome) -> dict:
+def _record(db: Session, inv_id: uuid.UUID, outcome: dispatch.Outcome, answer: Answer = AGENT) -> Any:
     """Write what came back, and the answer built from it (committed with it, or not at all)."""
     inv = db.get_one(Invocation, inv_id, with_for_update=True)
     # The task's settlement commits with the outcome: unknown keeps permit and reservation.
@@ -274,10 +312,11 @@ def _record(db: Session, inv_id: uuid.UUID, outcome: dispatch.Outcome) -> dict:
     inv.updated_at = utc_now()
     db.flush()
     db.refresh(inv, ["result_body"])  # as stored (jsonb orders keys), so that every replay reads alike
-    return view(db, inv, _approval(db, inv))
+    return answer.recorded(db, inv)
 
 
-def _dispatch_planned(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict | None, result: dict) -> dict:
+def _dispatch_planned(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict | None, result: Any,
+                      answer: Answer = AGENT) -> Any:
     """After the reserving transaction committed: send the planned call (if any), record what came
     back, and answer with the invocation as it now stands.
 
@@ -289,17 +328,18 @@ def _dispatch_planned(dispatcher: Dispatcher, inv_id: uuid.UUID, plan: dict | No
     try:
         outcome = dispatch.send(plan["call"], secret=plan["secret"], job_id=plan["job_id"],
                                 scope=plan["scope"], on_behalf_of=plan["on_behalf_of"],
-                                idempotency_key=plan["key"], timeout_ms=plan["timeout_ms"],
-                                client=plan["client"])
+                                idempotency_key=plan["key"] if plan["send_key"] else "",
+                                timeout_ms=plan["timeout_ms"], client=plan["client"])
         with dispatcher.session() as db:
-            return _record(db, inv_id, outcome)
+            return _record(db, inv_id, outcome, answer)
     except Exception:  # answered as unknown, below; logged here
         log.exception("the outcome of dispatched invocation %s could not be recorded", inv_id)
         dispatcher.release()  # one pooled connection at a time, even now
-        return _outcome_unknown(dispatcher.database, inv_id, plan, result)
+        return _outcome_unknown(dispatcher.database, inv_id, plan, result, answer)
 
 
-def _outcome_unknown(database: Database, inv_id: uuid.UUID, plan: dict, result: dict) -> dict:
+def _outcome_unknown(database: Database, inv_id: uuid.UUID, plan: dict, result: Any,
+                     answer: Answer = AGENT) -> Any:
     """The answer after a dispatch whose outcome could not be recorded. On a fresh connection: a
     journal still `dispatching` is marked unknown (permit and reservation kept), one that was
     recorded after all is answered as recorded. With no database at all, the unknown outcome is
@@ -314,10 +354,10 @@ def _outcome_unknown(database: Database, inv_id: uuid.UUID, plan: dict, result: 
             if journal.state == "dispatching":
                 _mark_unknown(db, inv, journal)
             db.flush()
-            return view(db, inv, _approval(db, inv))
+            return answer.recorded(db, inv)
     except Exception:  # nothing more can be learnt or written: unknown it stays
         log.exception("invocation %s left dispatching: its outcome is unknown", inv_id)
-        return unresolved_view(result, plan["key"])
+        return answer.unknown(result, plan["key"])
 
 
 def _mark_unknown(db: Session, inv: Invocation, journal: JournalEntry) -> None:
@@ -455,20 +495,22 @@ def _invoke(dispatcher: Dispatcher, bearer: str | None, body: dict) -> dict:
     return _dispatch_planned(dispatcher, inv_id, plan, result)
 
 
-def _admit(db: Session, session: AgentSession, route, inv: Invocation, visible: Visible, arguments: dict,
+def _admit(db: Session, session: Caller, route, inv: Invocation, visible: Visible, arguments: dict,
            policy: dict | None, dispatcher: Dispatcher, managed: metering.Managed | None,
-           now, deferred: DeferredCall | None = None) -> tuple[dict | None, Approval | None]:
+           now, deferred: DeferredCall | None = None,
+           job: JobOwner | None = None) -> tuple[dict | None, Approval | None]:
     """A screened call past the rate-limit gates (BUSINESS_SIDE §D), before anything else: a
     limited call keeps its sealed arguments for its resume, and has no approval, reservation,
     permit or journal row. Admitted, it waits for approval or is planned for dispatch. `deferred`:
-    the sealed arguments of a limited call being resumed."""
+    the sealed arguments of a limited call being resumed. `job`: the job that makes the call
+    (`session` is then that job); a job's limited call is not kept: its brain calls again."""
     provider = _provider(db, visible.tool.provider)
     snapshot = canonical_json(arguments)
     limited = rate_gate.check(db, visible.tool, provider)
     if limited is not None:
         inv.status, inv.reason, inv.rate_limit = "rejected_before_dispatch", rate_gate.REASON, limited
         inv.updated_at = utc_now()
-        if deferred is None:
+        if deferred is None and job is None:
             db.add(DeferredCall(job_id=inv.id, snapshot=snapshot, args_hash=inv.args_hash))
         return None, None
     inv.rate_limit = None
@@ -494,7 +536,7 @@ def _admit(db: Session, session: AgentSession, route, inv: Invocation, visible: 
     inv.reason = None
     if managed is not None:
         metering.reserve(db, managed, inv, readonly=visible.tool.readonly, approval_required=False, now=now)
-    return _reserve(db, inv, visible, provider, arguments, dispatcher, managed), None
+    return _reserve(db, inv, visible, provider, arguments, dispatcher, managed, job), None
 
 
 def _client_limited(db: Session, session: AgentSession, inv: Invocation, first: bool) -> bool:

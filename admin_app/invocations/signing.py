@@ -28,7 +28,8 @@ def headers(secret: str, *, timestamp: str, method: str, path_with_query: str, b
             on_behalf_of: str, job_id: str, scope: str, idempotency_key: str,
             client: str = "") -> dict[str, str]:
     """Core's header set: the subject only when there is one (signed as empty otherwise), the
-    calling client app always (empty when there is none)."""
+    calling client app always (empty when there is none), the idempotency key when there is one
+    (a job's call to a tool that is not side-effecting has none, as Core sends it)."""
     message = canonical_request(timestamp, method, path_with_query, body, on_behalf_of, job_id)
     sent = {
         "X-Bailing-Signature": signature(secret, message),
@@ -36,8 +37,9 @@ def headers(secret: str, *, timestamp: str, method: str, path_with_query: str, b
         "X-Bailing-Tool-Scope": scope,
         "X-Bailing-Job-Id": job_id,
         "X-Bailing-Client": client,
-        "X-Bailing-Idempotency-Key": idempotency_key,
     }
+    if idempotency_key:
+        sent["X-Bailing-Idempotency-Key"] = idempotency_key
     if on_behalf_of:
         sent["X-Bailing-On-Behalf-Of"] = on_behalf_of
     return sent

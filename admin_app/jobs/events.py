@@ -11,11 +11,12 @@ from sqlalchemy.orm import Session
 from .models import JobEvent
 
 # The names the timeline uses (Core's, CLIENT_API_AND_EXECUTOR.md §F), and the hub's own
-# additions (`lease_expired`, `result_refused`, `callback_dead`, `callback_replayed`).
+# additions (`lease_expired`, `result_refused`, `callback_queued`, `callback_dead`, `callback_replayed`,
+# `callback_resolved`).
 EVENTS = ("received", "rejected", "awaiting_executor", "dispatched", "lease_expired", "retry_scheduled",
           "finished", "expired", "rerun", "result_ignored", "result_refused", "tool_call", "tool_result",
           "tool_lookup", "tool_call_deduped", "tool_approval_pending", "tool_approved", "tool_denied",
-          "callback", "callback_dead", "callback_replayed")
+          "callback", "callback_dead", "callback_replayed", "callback_queued", "callback_resolved")
 
 
 def record(db: Session, job_id: uuid.UUID, event: str, actor: str | None = None,

@@ -113,6 +113,10 @@ class JobCallback(Base):
     updated_at: Mapped[datetime] = mapped_column(server_default="now()")
     delivered_at: Mapped[datetime | None] = mapped_column(default=None)
     replayed_by: Mapped[str | None] = mapped_column(default=None)
+    # sql/081: the dead-letter list (§D.3).
+    died_at: Mapped[datetime | None] = mapped_column(default=None)
+    resolved_at: Mapped[datetime | None] = mapped_column(default=None)
+    resolved_by: Mapped[str | None] = mapped_column(default=None)
 
 
 class JobCallbackAttempt(Base):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import limits
 from ..canonical import iso
 from .models import Job
 
@@ -23,7 +24,7 @@ def job_record(job: Job) -> dict[str, Any]:
         "source": job.client_app_id,
         "client_app_id": job.client_app_id,
         "session_id": job.session_id,
-        "input_preview": job.input[:200],
+        "input_preview": job.input[:limits.JOB_PREVIEW_CHARS],
         "metadata": job.metadata_,
         "callback_url": job.callback_url,
         "attempts": job.attempts,

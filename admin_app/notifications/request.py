@@ -7,7 +7,10 @@ their JSON text fits in ARGS_TEXT_MAX characters, else that text cut there, as C
 their hash, and how to decide it (`decision_path`, `decision_contract`). It is built when a
 delivery is claimed, from the approval, its invocation and the compiled catalog; the snapshot is
 read only up to the bound. Its signature is the ms `ts.body` scheme (§A.7), with the channel's
-secret: the same secret verifies the decision the business system posts back."""
+secret: the same secret verifies the decision the business system posts back.
+
+A Client API job's call (sql/081) is named as Core names it: the job's id and request id, the
+job's client app as `source`."""
 from __future__ import annotations
 
 import json
@@ -29,7 +32,7 @@ DECISION_SCHEMA = "bailing.approval-decision.v1"
 DECISION_FIELDS = ("kind", "schema_version", "approval_id", "job_id", "request_id", "args_hash",
                    "decision", "decision_id", "approver")
 ARGS_TEXT_MAX = limits.APPROVAL_REQUEST_ARGS_TEXT_MAX
-SOURCE = "agent"  # every approval of this hub is an agent's governed call
+SOURCE = "agent"  # an agent's governed call; a job's says its client app, as Core's `job.source`
 
 # Core's one-word policy, from the reasons the hub records (invocations/policy.py), in Core's
 # order of precedence: a high risk first, then a declared or forced approval, then a rule.
@@ -38,11 +41,13 @@ _POLICY = (("risk_high", "risk_high"), ("acc_approval_required", "confirm_requir
 
 _ROW = text("""
     SELECT a.number, a.tool, a.route_key, a.risk, a.policy, a.args_hash, a.summary, a.on_behalf_of,
-           a.expires_at, left(a.snapshot, :cut) AS args_text, i.id AS job_id, i.invocation_id,
-           i.provider, i.scope, i.run_id, i.session_id, s.client_app_id, r.name AS route_name
+           a.expires_at, left(a.snapshot, :cut) AS args_text, i.id AS invocation_job, i.invocation_id,
+           i.provider, i.scope, i.run_id, i.session_id, COALESCE(s.client_app_id, j.client_app_id) AS client_app_id,
+           j.id AS owner_job, j.request_id AS job_request, r.name AS route_name
     FROM bz_tool_approvals AS a
     JOIN bz_tool_invocations AS i ON i.id = a.job_id
-    JOIN bz_agent_sessions AS s ON s.id = i.session_id
+    LEFT JOIN bz_agent_sessions AS s ON s.id = i.session_id
+    LEFT JOIN bz_jobs AS j ON j.id = i.job_id
     LEFT JOIN bz_routes AS r ON r.route_key = a.route_key
     WHERE a.id = :id
 """)
@@ -60,9 +65,13 @@ def payload(db: Session, approval_id: uuid.UUID) -> dict[str, Any]:
     reasons = list((row.policy or {}).get("reasons") or [])
     policy = next((word for reason, word in _POLICY if reason in reasons), "confirm_required")
     args: Any = json.loads(row.args_text) if len(row.args_text) <= ARGS_TEXT_MAX else row.args_text[:ARGS_TEXT_MAX]
-    job_id, request_id = str(row.job_id), row.invocation_id
-    metadata = {"client_app_id": row.client_app_id, "agent_session_id": str(row.session_id),
-                "invocation_id": row.invocation_id, "run_id": str(row.run_id) if row.run_id else None}
+    if row.owner_job is None:
+        job_id, request_id, source = str(row.invocation_job), row.invocation_id, SOURCE
+        metadata = {"client_app_id": row.client_app_id, "agent_session_id": str(row.session_id),
+                    "invocation_id": row.invocation_id, "run_id": str(row.run_id) if row.run_id else None}
+    else:
+        job_id, request_id, source = str(row.owner_job), row.job_request, row.client_app_id
+        metadata = {"client_app_id": row.client_app_id, "job_id": job_id, "invocation_id": row.invocation_id}
     subject = {"subject": row.on_behalf_of} if row.on_behalf_of else {}
     call = {"provider": row.provider, "tool": row.tool, "scope": row.scope, "risk": row.risk,
             "policy": policy, "reason": ", ".join(reasons) or policy,
@@ -71,7 +80,7 @@ def payload(db: Session, approval_id: uuid.UUID) -> dict[str, Any]:
     matched = (row.policy or {}).get("matched_rules") or []
     intent = {"approval_id": row.number, "kind": INTENT_KIND, "schema_version": INTENT_SCHEMA,
               "job_id": job_id, "request_id": request_id, "route_key": row.route_key,
-              "route_name": row.route_name, "source": SOURCE, **subject, **call, "summary": row.summary,
+              "route_name": row.route_name, "source": source, **subject, **call, "summary": row.summary,
               **({"confirm_when": matched} if matched else {}), "metadata": metadata}
     match = {"approval_id": row.number, "job_id": job_id, "request_id": request_id, "args_hash": row.args_hash}
     return {

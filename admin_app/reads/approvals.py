@@ -22,7 +22,8 @@ from sqlalchemy.orm import Session
 
 from ..canonical import utc_now
 from ..identity.models import AgentSession
-from ..invocations.approvals import decidable_clause, expired_clause, instant, item_view, summary_select
+from ..invocations.approvals import (JOBS, REQUESTER_APP, decidable_clause, expired_clause, instant, item_view,
+                                     summary_select)
 from ..invocations.models import Approval, Invocation
 from ..runtime.models import Message, Run
 
@@ -62,7 +63,7 @@ class QueueFilter:
         if self.route:
             found.append(Approval.route_key == self.route)
         if self.app:
-            found.append(AgentSession.client_app_id == self.app)
+            found.append(REQUESTER_APP == self.app)
         if self.requester:
             pattern = "%" + _like_escaped(self.requester) + "%"
             found.append(or_(Approval.on_behalf_of.ilike(pattern, escape="\\"),
@@ -99,9 +100,11 @@ def _like_escaped(value: str) -> str:
 
 
 def _filtered(f: QueueFilter, now: datetime) -> Select[tuple[uuid.UUID]]:
-    """Approvals with their invocation and session (for the app filter), as the filter allows."""
+    """Approvals with their invocation and its session or job (for the app filter), as the filter
+    allows."""
     return (select(Approval.id).join(Invocation, Invocation.id == Approval.job_id)
-            .join(AgentSession, AgentSession.id == Invocation.session_id).where(*f.clauses(now)))
+            .outerjoin(AgentSession, AgentSession.id == Invocation.session_id)
+            .outerjoin(JOBS, JOBS.c.id == Invocation.owner_job_id).where(*f.clauses(now)))
 
 
 def list_approvals(db: Session, status: str, limit: int, offset: int) -> dict[str, Any]:
@@ -196,7 +199,7 @@ def facets(db: Session) -> dict[str, list[str]]:
     queue = _filtered(QueueFilter(), utc_now())
     return {name: list(db.scalars(queue.with_only_columns(column).distinct().order_by(column).limit(FACETS_MAX)))
             for name, column in (("tools", Approval.tool), ("routes", Approval.route_key),
-                                 ("apps", AgentSession.client_app_id))}
+                                 ("apps", REQUESTER_APP))}
 
 
 def history_page(db: Session, after: HistoryKey | None,

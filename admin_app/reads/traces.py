@@ -169,7 +169,7 @@ def job_view(db: Session, inv: Invocation) -> dict[str, Any]:
     return {
         "job_id": str(inv.id),
         "invocation_id": inv.invocation_id,
-        "session_id": str(inv.session_id),
+        "session_id": str(inv.session_id) if inv.session_id else None,  # None: a Client API job's call
         "route_key": inv.route_key,
         "run_id": str(inv.run_id) if inv.run_id else None,
         "tool": inv.tool,
