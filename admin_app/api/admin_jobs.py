@@ -5,6 +5,7 @@ beside the trace of an agent's tool job it always served."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, g, jsonify
@@ -13,6 +14,7 @@ from .. import limits, surfaces
 from ..conversation_audit.availability import probe
 from ..errors import ApiError, invalid_field
 from ..jobs import rerun as reruns
+from ..jobs.models import Job
 from ..reads import jobs as job_reads
 from ..validation import SAFE_INTEGER_MAX
 from .admin_api import recorded
@@ -79,30 +81,29 @@ def trace_search():
     return jsonify(body)
 
 
-@bp.get("/runs/<job_id>")
-@admin_permission_required("runs:read")
-@replica_reads
-def run(job_id: str):
+def _job_read(job_id: str, read: Callable[[Any, Job], Any]):
+    """`read` of one job (404 when there is none), recorded as a view of its trace."""
     with read_db() as db:
         job = job_reads.find(db, job_id)
         if job is None:
             raise ApiError("not_found")
-        record = job_reads.admin_record(db, job)
+        body = read(db, job)
     recorded("job_trace_view", job.id)
-    return jsonify(record)
+    return jsonify(body)
+
+
+@bp.get("/runs/<job_id>")
+@admin_permission_required("runs:read")
+@replica_reads
+def run(job_id: str):
+    return _job_read(job_id, job_reads.admin_record)
 
 
 @bp.get("/runs/<job_id>/audit")
 @admin_permission_required("runs:read")
 @replica_reads
 def run_audit(job_id: str):
-    with read_db() as db:
-        job = job_reads.find(db, job_id)
-        if job is None:
-            raise ApiError("not_found")
-        rows = job_reads.audit(db, job)
-    recorded("job_trace_view", job.id)
-    return jsonify(rows)
+    return _job_read(job_id, job_reads.audit)
 
 
 @bp.post("/runs/<job_id>/rerun")

@@ -12,53 +12,20 @@ unexpected failure is Core's 500 `{"error": "internal_error", "request_id"}` wit
 path is routed here."""
 from __future__ import annotations
 
-import json
-import logging
 from typing import Any
 
-from flask import Blueprint, Response, g, jsonify, request
-from werkzeug.exceptions import HTTPException
+from flask import Blueprint, Response, jsonify, request
 
-from ..errors import ApiError, error_response
 from ..identity.models import ClientApp
-from ..jobs import credentials, lookup, rules, submit
-from ..jobs.answers import CoreError, executor_token_refused, not_found, refuse, unauthorized
-from ..validation import strict_json_loads
+from ..jobs import credentials, lookup, submit
+from ..jobs.answers import executor_token_refused, not_found, unauthorized
 from .auth import database
-from .body import read_raw
+from .core_surface import json_body, serve_as_core
 
 bp = Blueprint("client_api", __name__)
-log = logging.getLogger(__name__)
+serve_as_core(bp)
 
 OTHER_METHODS = ["PUT", "PATCH", "DELETE"]
-
-
-@bp.after_request
-def _core_json(response: Response) -> Response:
-    if response.mimetype == "application/json":
-        response.headers["Content-Type"] = "application/json; charset=utf-8"
-    response.headers["Cache-Control"] = "no-store"
-    return response
-
-
-@bp.errorhandler(ApiError)
-def _refused(err: ApiError) -> Response:
-    if isinstance(err, CoreError):
-        return error_response(err)
-    return error_response(refuse(err.status, err.message))  # not raised here; kept in Core's envelope
-
-
-@bp.errorhandler(HTTPException)
-def _http(err: HTTPException) -> Response:
-    status = err.code or 500
-    return error_response(refuse(status, "not found" if status == 404 else (err.name or "error").lower()))
-
-
-@bp.errorhandler(Exception)
-def _unexpected(err: Exception) -> Response:
-    # Flask calls error handlers inside its own `except` block, so the traceback is there to log.
-    log.exception("unhandled error on %s %s", request.method, request.path)  # noqa: LOG004
-    return error_response(refuse(500, "internal_error", request_id=g.get("request_id")))
 
 
 def _json(body: dict[str, Any], status: int) -> Response:
@@ -78,31 +45,12 @@ def _client(db: Any) -> ClientApp:
     return caller.client
 
 
-def _too_large(max_bytes: int, observed: int) -> ApiError:
-    return refuse(413, "payload too large", max_bytes=max_bytes)
-
-
-def _body() -> Any:
-    """The body as JSON (empty: `{}`), at most 1 MiB; the Content-Type is not checked (Core)."""
-    raw = read_raw(rules.BODY_MAX_BYTES, _too_large)
-    if not raw:
-        return {}
-    try:
-        return strict_json_loads(raw)
-    except json.JSONDecodeError as err:
-        raise refuse(400, f"The request body is not valid JSON ({err.msg} at line {err.lineno} "
-                          f"column {err.colno}).") from None
-    except (UnicodeError, ValueError, RecursionError):
-        raise refuse(400, "The request body is not valid JSON (or holds duplicate keys, NaN or "
-                          "Infinity, NUL characters or lone surrogates).") from None
-
-
 @bp.post("/run")
 def run() -> Response:
     with database().session() as db:
         client = _client(db)
         submit.refuse_when_paused(db)
-        body = _body()
+        body = json_body()
         return _json(submit.submit(db, client, body), 202)
 
 

@@ -11,59 +11,26 @@ charset=utf-8`, `Cache-Control: no-store`, a body over 1 MiB 413 `payload too la
 a body that is not a JSON object is a 400, not a 500."""
 from __future__ import annotations
 
-import json
-import logging
 import select
 import socket
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
-from werkzeug.exceptions import HTTPException
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from ..errors import ApiError, error_response
-from ..jobs import claims, credentials, results, rules
-from ..jobs.answers import CoreError, not_found, refuse, unauthorized
+from ..jobs import claims, credentials, results
+from ..jobs.answers import not_found, refuse, unauthorized
 from ..jobs.models import ExecutorToken
 from ..jobs.queue_bell import QueueBell, bell_for
 from ..jobs.reaper import Reaper
-from ..validation import strict_json_loads
 from .auth import database
-from .body import read_raw
+from .core_surface import json_body, serve_as_core
 
 bp = Blueprint("executor_api", __name__)
-log = logging.getLogger(__name__)
+serve_as_core(bp)
 
 ENDPOINTS = ("claim", "heartbeat", "result")
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 BELL = "bailing.job_bell"
-
-
-@bp.after_request
-def _core_json(response: Response) -> Response:
-    if response.mimetype == "application/json":
-        response.headers["Content-Type"] = "application/json; charset=utf-8"
-    response.headers["Cache-Control"] = "no-store"
-    return response
-
-
-@bp.errorhandler(ApiError)
-def _refused(err: ApiError) -> Response:
-    if isinstance(err, CoreError):
-        return error_response(err)
-    return error_response(refuse(err.status, err.message))
-
-
-@bp.errorhandler(HTTPException)
-def _http(err: HTTPException) -> Response:
-    status = err.code or 500
-    return error_response(refuse(status, "not found" if status == 404 else (err.name or "error").lower()))
-
-
-@bp.errorhandler(Exception)
-def _unexpected(err: Exception) -> Response:
-    # Flask calls error handlers inside its own `except` block, so the traceback is there to log.
-    log.exception("unhandled error on %s %s", request.method, request.path)  # noqa: LOG004
-    return error_response(refuse(500, "internal_error", request_id=g.get("request_id")))
 
 
 def _executor() -> ExecutorToken:
@@ -79,23 +46,9 @@ def _executor() -> ExecutorToken:
     return caller.executor
 
 
-def _too_large(max_bytes: int, observed: int) -> ApiError:
-    return refuse(413, "payload too large", max_bytes=max_bytes)
-
-
 def _body() -> dict[str, Any]:
-    """The body as a JSON object (empty: `{}`), at most 1 MiB; the Content-Type is not checked."""
-    raw = read_raw(rules.BODY_MAX_BYTES, _too_large)
-    if not raw:
-        return {}
-    try:
-        value = strict_json_loads(raw)
-    except json.JSONDecodeError as err:
-        raise refuse(400, f"The request body is not valid JSON ({err.msg} at line {err.lineno} "
-                          f"column {err.colno}).") from None
-    except (UnicodeError, ValueError, RecursionError):
-        raise refuse(400, "The request body is not valid JSON (or holds duplicate keys, NaN or "
-                          "Infinity, NUL characters or lone surrogates).") from None
+    """The body as a JSON object (core_surface.json_body: empty is `{}`)."""
+    value = json_body()
     if not isinstance(value, dict):
         raise refuse(400, "The request body must be a JSON object.")
     return value

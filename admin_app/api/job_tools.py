@@ -9,46 +9,27 @@ client token, 403 with an executor token), as do other methods on these paths. T
 read leniently, as Core reads it: unreadable or over 1 MiB, it is `{}` (and so 400, no `tool`)."""
 from __future__ import annotations
 
-import logging
 import re
 import uuid
 from typing import Any
 
-from flask import Blueprint, Response, current_app, g, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
-from ..errors import ApiError, error_response
+from ..errors import ApiError
 from ..jobs import credentials, rules, tool_calls
-from ..jobs.answers import executor_token_refused, not_found, refuse, unauthorized
+from ..jobs.answers import executor_token_refused, not_found, unauthorized
 from ..validation import strict_json_loads
 from .auth import database
 from .body import read_raw
+from .core_surface import serve_as_core
 
 bp = Blueprint("job_tools", __name__)
-log = logging.getLogger(__name__)
+serve_as_core(bp)
 
 JOB_ID = re.compile(r"[0-9a-f-]{36}")
 DEFS = "/jobs/<job_id>/tools/defs"
 INVOKE = "/jobs/<job_id>/tools/invoke"
 OTHER_METHODS = ["PUT", "PATCH", "DELETE"]
-
-
-@bp.after_request
-def _core_json(response: Response) -> Response:
-    if response.mimetype == "application/json":
-        response.headers["Content-Type"] = "application/json; charset=utf-8"
-    response.headers["Cache-Control"] = "no-store"
-    return response
-
-
-@bp.errorhandler(ApiError)
-def _refused(err: ApiError) -> Response:
-    return error_response(err)
-
-
-@bp.errorhandler(Exception)
-def _unexpected(err: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.path)  # noqa: LOG004
-    return error_response(refuse(500, "internal_error", request_id=g.get("request_id")))
 
 
 def _reply(reply: tool_calls.Reply) -> Response:

@@ -22,10 +22,9 @@ from ..errors import ApiError
 from ..identity import clients as client_service
 from ..jobs import callbacks, dispatch_status, executor_tokens
 from ..jobs import rerun as reruns
-from ..limits import RUN_LOOKUP_LENGTH
 from ..reads import jobs as job_reads
 from .paging import Keyset, more_url, rows_only
-from .runs import BadFilter, _moment, _name
+from .runs import BadFilter, triage_filters
 from .security import database, is_htmx, permission_required, read_db, record_read, replica_reads
 
 bp = Blueprint("console_jobs", __name__, url_prefix="/console")
@@ -48,23 +47,6 @@ def _raw(names: tuple[str, ...]) -> dict[str, str]:
     return {name: request.args.get(name, "").strip() for name in names}
 
 
-def _job_filters(raw: dict[str, str]) -> job_reads.JobFilters:
-    low, high = RUN_LOOKUP_LENGTH
-    if raw["q"] and not low <= len(raw["q"]) <= high:
-        raise BadFilter(f"Look up needs at least {low} and at most {high} characters of an ID "
-                        f"(this one has {len(raw['q'])}).")
-    if raw["status"] and raw["status"] not in job_reads.JOB_STATUSES:
-        raise BadFilter("Status is one of: " + ", ".join(job_reads.JOB_STATUSES) + ".")
-    created_from = _moment("Created from", raw["from"], end=False)
-    created_to = _moment("Created to", raw["to"], end=True)
-    if created_from and created_to and created_from >= created_to:
-        raise BadFilter("Created from must come before created to.")
-    exact = tuple((k, raw[k][:high]) for k in job_reads.EXACT if raw[k])
-    return job_reads.JobFilters(q=raw["q"], status=raw["status"], app=_name("App", raw["app"]),
-                                route=_name("Route", raw["route"]), created_from=created_from,
-                                created_to=created_to, exact=exact)
-
-
 def shared(query: dict[str, str]) -> dict[str, str]:
     """The filters of `query` that the other tab of the runs list takes too."""
     return {k: query[k] for k in SHARED_FILTERS if query.get(k)}
@@ -79,7 +61,7 @@ def index() -> ResponseReturnValue:
     raw = _raw(JOB_FILTERS)
     page = {"query": raw, "statuses": job_reads.JOB_STATUSES, "exact": EXACT_NAMES, "shared": shared(raw)}
     try:
-        filters = _job_filters(raw)
+        filters = triage_filters(raw, job_reads.JOB_STATUSES, job_reads.EXACT)
     except BadFilter as bad:
         if rows_only():
             abort(400, description=str(bad))

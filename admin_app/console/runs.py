@@ -3,6 +3,7 @@ is known by), the unresolved tool calls, and a run's trace as one timeline in tr
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
@@ -64,18 +65,21 @@ def _name(label: str, value: str) -> str:
     return value
 
 
-def _run_filters(raw: dict[str, str]) -> run_reads.RunFilters:
+def triage_filters(raw: dict[str, str], statuses: tuple[str, ...],
+                   exact_keys: Iterable[str]) -> run_reads.RunFilters:
+    """The runs or jobs list's filters (reads/lookup.Filters) from the query's text, or BadFilter
+    saying what is wrong; `statuses` and `exact_keys` are the list's own."""
     low, high = RUN_LOOKUP_LENGTH
     if raw["q"] and not low <= len(raw["q"]) <= high:
         raise BadFilter(f"Look up needs at least {low} and at most {high} characters of an ID "
                         f"(this one has {len(raw['q'])}).")
-    if raw["status"] and raw["status"] not in run_reads.RUN_STATUSES:
-        raise BadFilter("Status is one of: " + ", ".join(run_reads.RUN_STATUSES) + ".")
+    if raw["status"] and raw["status"] not in statuses:
+        raise BadFilter("Status is one of: " + ", ".join(statuses) + ".")
     created_from = _moment("Created from", raw["from"], end=False)
     created_to = _moment("Created to", raw["to"], end=True)
     if created_from and created_to and created_from >= created_to:
         raise BadFilter("Created from must come before created to.")
-    exact = tuple((k, raw[k][:NAME_MAX]) for k in run_reads.EXACT if raw[k])
+    exact = tuple((k, raw[k][:NAME_MAX]) for k in exact_keys if raw[k])
     return run_reads.RunFilters(q=raw["q"], status=raw["status"], app=_name("App", raw["app"]),
                                 route=_name("Route", raw["route"]), created_from=created_from,
                                 created_to=created_to, exact=exact)
@@ -93,7 +97,7 @@ def index():
     cannot use is answered 400 with the form and what is wrong, before anything is read."""
     raw = _raw(RUN_FILTERS)
     try:
-        filters = _run_filters(raw)
+        filters = triage_filters(raw, run_reads.RUN_STATUSES, run_reads.EXACT)
     except BadFilter as bad:
         if rows_only():
             abort(400, description=str(bad))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, case, false, func, literal, select, tuple_, union_all
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
 from .. import limits
@@ -36,7 +36,8 @@ from ..invocations.models import Approval, Invocation
 from ..jobs import dead_letters
 from ..jobs.models import STATUSES, TERMINAL, Job, JobEvent
 from ..jobs.view import job_record
-from .ids import id_range
+from . import lookup
+from .lookup import like_prefix, starts_with
 from .traces import TRACE_STAGES, _timeline_call, approvals_of, core_job_trace, elapsed_ms, job_events, trace_event
 
 JOB_STATUSES = STATUSES
@@ -50,71 +51,22 @@ SOURCE_JOB = "job"             # a trace event from the job's own timeline
 TOOL_EVENTS = ("tool_call", "tool_result", "tool_call_deduped", "tool_approval_pending", "tool_approved",
                "tool_denied")
 
-Key = tuple[datetime, uuid.UUID]
+Key = lookup.Key
+JOBS = lookup.Listing(Job, EXACT, frozenset({"job_id"}), Invocation.owner_job_id == Job.id, MATCHES)
 
 
-@dataclass(frozen=True)
-class JobFilters:
-    q: str = ""
-    status: str = ""
-    app: str = ""
-    route: str = ""
-    created_from: datetime | None = None
-    created_to: datetime | None = None  # exclusive
-    exact: tuple[tuple[str, str], ...] = ()  # (a key of EXACT, value)
-
-
-def _prefix(value: str) -> str:
-    """A LIKE pattern matching values that start with `value` (its wildcards taken literally)."""
-    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-def _uuid(value: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
-
-
-def _starts_with(column: Any, q: str) -> Any:
-    bounds = id_range(q)
-    if bounds is None:
-        return false()
-    low, high = bounds
-    return column >= low if high is None else and_(column >= low, column < high)
-
-
-def _narrowed(query: Select[Any], f: JobFilters, after: Key | None) -> Select[Any]:
-    for key, value in f.exact:
-        if key == "job_id":  # a value that is not a UUID matches no job
-            ident = _uuid(value)
-            query = query.where(Job.id == ident if ident is not None else false())
-        else:
-            query = query.where(EXACT[key] == value)
-    if f.status:
-        query = query.where(Job.status == f.status)
-    if f.app:
-        query = query.where(Job.client_app_id == f.app)
-    if f.route:
-        query = query.where(Job.route_key == f.route)
-    if f.created_from is not None:
-        query = query.where(Job.created_at >= f.created_from)
-    if f.created_to is not None:
-        query = query.where(Job.created_at < f.created_to)
-    if after is not None:
-        query = query.where(tuple_(Job.created_at, Job.id) < after)
-    return query
+JobFilters = lookup.Filters
 
 
 def _branches(q: str) -> list[tuple[str, Any, bool]]:
     """(what matched, condition, through a tool call) for each ID a job is known by."""
-    text = _prefix(q)
-    return [("job ID", _starts_with(Job.id, q), False),
+    text = like_prefix(q)
+    return [("job ID", starts_with(Job.id, q), False),
             ("request ID", Job.request_id.like(text), False),
             ("session ID", Job.session_id.like(text), False),
             ("executor ID", Job.executor_id.like(text), False),
             ("invocation ID", Invocation.invocation_id.like(text), True),
-            ("tool job ID", _starts_with(Invocation.id, q), True)]
+            ("tool job ID", starts_with(Invocation.id, q), True)]
 
 
 def recent_jobs(db: Session, f: JobFilters, after: Key | None,
@@ -125,34 +77,11 @@ def recent_jobs(db: Session, f: JobFilters, after: Key | None,
     columns = (Job.id, Job.request_id, Job.client_app_id, Job.route_key, Job.target, Job.status,
                Job.executor_id, Job.attempts,
                func.left(Job.input, limits.JOB_PREVIEW_CHARS).label("input_preview"), Job.created_at, Job.updated_at)
-    order = (Job.created_at.desc(), Job.id.desc())
-    if not f.q:
-        query = _narrowed(select(*columns), f, after).order_by(*order).limit(limit + 1)
-        rows = [dict(r._mapping, matched=[]) for r in db.execute(query)]
-    else:
-        parts = []
-        for what, condition, through_call in _branches(f.q):
-            part = select(Job.id.label("id"), Job.created_at.label("created_at"), literal(what).label("what"))
-            if through_call:
-                part = part.join(Invocation, Invocation.owner_job_id == Job.id).distinct()
-            parts.append(_narrowed(part.where(condition), f, after).order_by(*order).limit(limit + 1))
-        hits = union_all(*(p.subquery().select() for p in parts)).subquery("hits")
-        query = (select(*columns, func.array_agg(hits.c.what.distinct()).label("matched"))
-                 .join(hits, hits.c.id == Job.id).group_by(Job.id).order_by(*order).limit(limit + 1))
-        rows = [dict(r._mapping) for r in db.execute(query)]
-        for row in rows:
-            row["matched"] = [m for m in MATCHES if m in row["matched"]]
-    if len(rows) <= limit:
-        return rows, None
-    last = rows[limit - 1]
-    return rows[:limit], (last["created_at"], last["id"])
-
-
-# ------------------------------------------------------------------ one job
+    return lookup.recent(db, JOBS, columns, _branches(f.q) if f.q else [], f, after, limit)
 
 
 def find(db: Session, job_ref: str) -> Job | None:
-    ident = _uuid(job_ref)
+    ident = lookup.parse_uuid(job_ref)
     return db.get(Job, ident) if ident is not None else None
 
 
@@ -366,7 +295,7 @@ def audit(db: Session, job: Job) -> list[dict[str, Any]]:
     return [{k: e[k] for k in keys} for e in events]
 
 
-def lookup(job: Job) -> dict[str, Any]:
+def lookup_of(job: Job) -> dict[str, Any]:
     return {"job_id": str(job.id), "request_id": job.request_id, "client_app_id": job.client_app_id,
             "thread_id": job.thread_key, "route_key": job.route_key, "principal": job.principal}
 
@@ -410,7 +339,7 @@ def job_trace(db: Session, job: Job) -> dict[str, Any]:
                        "created_at": iso(a.created_at), "decided_at": iso(a.decided_at)}
                       for a in every_approval],
         "messages": [],
-        "lookup": lookup(job),
+        "lookup": lookup_of(job),
         "debug_bundle": None,
         "debug_report": None,
     }
