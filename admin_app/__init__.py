@@ -94,6 +94,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(approval_decisions.bp)  # Core's business decision, outside the API prefixes
     app.register_blueprint(hub_pause.bp)  # POST /admin/pause|resume, GET /admin/api/status
     app.register_blueprint(config_audit.bp)  # GET /admin/api/config-audit
+    from .api import evidence
+
+    app.register_blueprint(evidence.bp)  # /admin/api/evidence: signed tree heads, keys, leaves, proofs
     from .api import admin_jobs
 
     app.register_blueprint(admin_jobs.bp)  # /admin/api/runs: Client API jobs (list, record, audit, rerun)
@@ -146,6 +149,10 @@ def create_app(test_config: dict | None = None) -> Flask:
         # With BAILING_AUDIT_RETENTION_DAYS > 0, a purge of the configuration-change log 60 s
         # after the process's first request, then every 6 h (the suite's apps start none).
         retention.init_app(app)
+        from .evidence import worker as evidence_heads
+
+        # A signed tree head every BAILING_EVIDENCE_HEAD_SECONDS (300) when leaves arrived.
+        evidence_heads.init_app(app)
 
     @app.get("/")
     def index():

@@ -507,6 +507,14 @@ def clients():
     """Client apps (business systems)."""
 
 
+def _note_command(session, verb: str, path: str) -> None:
+    """A change made here, in the configuration-change log with what the service staged."""
+    from .config_audit.log import record_change
+    from .identity.admins import operator
+
+    record_change(session, operator().name, verb, path)
+
+
 @clients.command("token")
 @click.argument("app_id")
 @hub_command
@@ -515,7 +523,9 @@ def clients_token(app_id: str):
     from .identity.clients import rotate_client_token
 
     with _hub().db.session() as session:
-        _emit(rotate_client_token(session, app_id, _hub().secret_key))
+        answer = rotate_client_token(session, app_id, _hub().secret_key)
+        _note_command(session, "ROTATE" if answer["rotated"] else "ISSUE", f"clients/{app_id}/token")
+    _emit(answer)
 
 
 @clients.command("revoke-token")
@@ -526,7 +536,9 @@ def clients_revoke_token(app_id: str):
     from .identity.clients import revoke_client_token
 
     with _hub().db.session() as session:
-        _emit(revoke_client_token(session, app_id))
+        answer = revoke_client_token(session, app_id)
+        _note_command(session, "REVOKE", f"clients/{app_id}/token")
+    _emit(answer)
 
 
 # ------------------------------------------------------------------ executors
@@ -1048,6 +1060,87 @@ def pause_command(reason: str):
 def resume_command(reason: str | None):
     """Resume a paused hub."""
     _set_paused(False, reason)
+
+
+# ------------------------------------------------------------------ evidence log
+
+@main.group()
+def evidence():
+    """The evidence log: signed tree heads, key rotation, checks and offline proof verification."""
+
+
+@evidence.command("head")
+@hub_command
+def evidence_head():
+    """Sign a tree head of the log as committed now (the existing one when nothing was added)."""
+    from .evidence.heads import make_head
+
+    with _hub().db.session() as session:
+        _emit(make_head(session, _hub().settings.data_dir))
+
+
+@evidence.command("rotate-key")
+@hub_command
+def evidence_rotate_key():
+    """A new signing key in the data folder; the old public key is kept, retired, so the heads it
+    signed still verify."""
+    from .evidence.heads import rotate_key
+
+    with _hub().db.session() as session:
+        _emit(rotate_key(session, _hub().settings.data_dir))
+
+
+@evidence.command("check")
+@hub_command
+def evidence_check():
+    """Recompute every stored leaf against the latest signed head, and every configuration-change
+    row against its leaf; exit 1 naming the first leaf that does not verify."""
+    from .config_audit.evidence_rows import first_mismatch
+    from .evidence.verify import check
+
+    with _hub().db.session() as session:
+        report = check(session)
+        rows = first_mismatch(session)
+    if rows is not None and report["ok"]:  # the tree holds; a row it covers does not
+        report.update(ok=False, first_bad_leaf=rows["leaf"], problem=f"{rows['ref']}: {rows['problem']}")
+    _emit(report)
+    if not report["ok"]:
+        sys.exit(1)
+
+
+@evidence.command("verify-proof")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--public-key", "public_keys", multiple=True, required=True, metavar="KEY",
+              help="An Ed25519 public key: standard base64 of its 32 bytes, or a file holding that. "
+                   "Repeat for heads signed before a rotation.")
+def evidence_verify_proof(file: Path, public_keys: tuple[str, ...]):
+    """Check an inclusion or consistency proof bundle (as GET /admin/api/evidence/proof/... answers)
+    offline, with only the public key: prints ok, or exits 1 naming what failed."""
+    import base64
+    import binascii
+
+    from .evidence.verify import BundleError, verify_bundle
+
+    keys = []
+    for given in public_keys:
+        text = Path(given).read_text().strip() if Path(given).is_file() else given
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != 32:
+            _fail("invalid_request", f"--public-key {given}: not the base64 of a 32-byte Ed25519 public key")
+        keys.append(raw)
+    try:
+        bundle = json.loads(file.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        _fail("invalid_request", f"{file}: not a JSON file ({err})")
+    try:
+        shown = verify_bundle(bundle, keys)
+    except BundleError as err:
+        _emit({"ok": False, "problem": str(err)})
+        sys.exit(1)
+    _emit({"ok": True, "verified": shown})
 
 
 if __name__ == "__main__":

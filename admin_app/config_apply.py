@@ -23,7 +23,8 @@ from .canonical import utc_now
 from .catalog.compiler import COMPILER_VERSION, HTTP_METHODS, TOOL_NAME, CompileError, compile_provider
 from .catalog.rate_limits import check_provider_rate_limits
 from .catalog.store import compiled_providers
-from .config_audit.log import record_change
+from .config_audit import changes
+from .config_audit.log import record_object
 from .identity import client_gate
 from .identity.admins import operator
 from .identity.models import ClientApp, Route, ToolProvider
@@ -785,11 +786,8 @@ _MODELS: dict[str, tuple[type[ToolProvider | Route | ClientApp | Channel | Bucke
 def apply(db: Session, doc: dict, base_dir: Path) -> dict:
     """Validate and upsert in the caller's transaction; report what was created or changed.
     URL providers are pulled first, before the transaction's first statement."""
-    report = _apply(db, doc, base_dir, config_pulls.pull_for_config(doc), write=True)
-    if any(names for bucket in ("created", "changed") for names in report[bucket].values()):
-        # In the same transaction: a change is in the configuration-change log once committed.
-        record_change(db, operator().name, "APPLY", "config")
-    return report
+    # Each object created or changed is recorded by _apply in this transaction (config_audit).
+    return _apply(db, doc, base_dir, config_pulls.pull_for_config(doc), write=True)
 
 
 def check(db: Session, doc: dict, base_dir: Path) -> dict:
@@ -807,6 +805,7 @@ def _apply(db: Session, doc: dict, base_dir: Path, pulls: dict[str, ConfigPull],
     records = validate(db, doc, base_dir, pulled)
     buckets: dict[str, dict[str, list[str]]] = {"created": {}, "changed": {}, "unchanged": {}}
     now = utc_now()
+    by = operator().name if write else ""
     # Referenced before referencing. Executor targets, notification channels and artifact buckets
     # are reported only by a file that has them, so that the report of every other file keeps its shape.
     sections = tuple(name for name in ("executor_targets",) if name in doc) + (
@@ -820,17 +819,23 @@ def _apply(db: Session, doc: dict, base_dir: Path, pulls: dict[str, ConfigPull],
             query = select(model).where(getattr(model, key) == record[key])
             # A check only reads: FOR UPDATE would lock (and so write to) the rows.
             row = db.scalar(query.with_for_update() if write else query)
+            kind = changes.SECTION_KINDS[section]
             if row is None:
                 if write:
                     db.add(model(**record))
+                    record_object(db, by, "APPLY", "config", kind, record[key], None,
+                                  changes.snapshot(kind, record, tuple(record)))
                 buckets["created"][section].append(record[key])
                 continue
             assert isinstance(row, model)  # for the type checker: select() of a union types its row as Base
             changed = [f for f, v in record.items() if getattr(row, f) != v]
             if changed:
                 if write:
+                    was = changes.snapshot(kind, row, tuple(record))
                     for f in changed:
                         setattr(row, f, record[f])
+                    record_object(db, by, "APPLY", "config", kind, record[key], was,
+                                  changes.snapshot(kind, record, tuple(record)))
                     row.updated_at = now
                 buckets["changed"][section].append(f"{record[key]} ({', '.join(changed)})")
             else:

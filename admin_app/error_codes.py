@@ -74,6 +74,8 @@ CODES: dict[str, ErrorCode] = {
     "artifact_not_found": ErrorCode(404, "No such artifact in this workspace.", ARTIFACTS),
     "client_not_found": ErrorCode(404, "No such client app.", CLI),
     "conversation_audit_not_found": ErrorCode(404, "No such conversation audit.", AUDIT),
+    "evidence_not_found": ErrorCode(404, "No such leaf, tree size or signed head in the evidence log.",
+                                    ADMIN_API),
     "invocation_not_found": ErrorCode(404, "No such invocation for this session.",
                                       WIRE + "2.12 `POST /agent-api/v1/tool-invocations/:invocation_id/resume`"),
     "job_not_found": ErrorCode(404, "No such tool job.", ADMIN_API),

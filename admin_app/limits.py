@@ -133,6 +133,10 @@ APPROVAL_REASON_MAX = 2000
 # values outside are brought into bounds, never refused; offsets beyond any row read an empty page.
 CONFIG_AUDIT_LIMIT = (100, 1, 500)
 CONFIG_AUDIT_OFFSET_MAX = 2**53 - 1
+# What one configuration-change row shows of a change (config_audit/changes.py): at most this many
+# {path, before, after} entries, each value cut to this many characters of its JSON.
+CONFIG_AUDIT_DIFF_ITEMS_MAX = 40
+CONFIG_AUDIT_DIFF_VALUE_MAX = 200
 # Hub pause (BUSINESS_SIDE.md § E): the optional reason, and the body of POST /admin/pause|resume.
 PAUSE_REASON_MAX = 500
 PAUSE_BODY_MAX_BYTES = 4 * KIB

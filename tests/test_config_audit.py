@@ -138,23 +138,24 @@ def test_the_listing_pages_as_core_newest_first_and_needs_audit_read(server, cli
 def test_config_apply_is_recorded_when_it_changes_something(cli, sql, tmp_path):
     doc = json.loads((EXAMPLES / "hub.json").read_text())
     doc["tool_providers"][0]["openapi"] = str(EXAMPLES / "crm.openapi.json")  # the file is written elsewhere
-    apply_config(cli, tmp_path, doc)
+    created = apply_config(cli, tmp_path, doc)["created"]
     rows = log_rows(sql)
-    assert len(rows) == 1
-    event, by, method, path, detail = rows[0]
-    assert (event, method, path, detail) == ("config_change", "APPLY", "config", None)
-    assert by.startswith("cli:")
+    # One row per object created (issue 33: what changed, config_audit/changes.py).
+    assert len(rows) == sum(len(names) for names in created.values()) == 3
+    for event, by, method, path, detail in rows:
+        assert (event, method, path, detail) == ("config_change", "APPLY", "config", None)
+        assert by.startswith("cli:")
     apply_config(cli, tmp_path, doc)  # the same again: nothing changed, nothing recorded
-    assert len(log_rows(sql)) == 1
+    assert len(log_rows(sql)) == 3
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({**doc, "routes": [{"route_key": "Not A Key"}]}))
     cli_refused(cli("config", "apply", str(broken)), "invalid_request")
     cli_ok(cli("config", "apply", "--check", str(EXAMPLES / "hub.json")))
-    assert len(log_rows(sql)) == 1
+    assert len(log_rows(sql)) == 3
     doc["client_apps"][0]["name"] = "Renamed CRM"
     report = apply_config(cli, tmp_path, doc)
     assert report["changed"]["client_apps"], report
-    assert [r[2:4] for r in log_rows(sql)] == [("APPLY", "config"), ("APPLY", "config")]
+    assert [r[2:4] for r in log_rows(sql)] == [("APPLY", "config")] * 4
 
 
 def _aged_rows(sql, cli) -> dict[str, int]:

@@ -274,7 +274,14 @@ TIED: dict[str, list[str]] = {
                          f"{A}#/paths/~1conversation-audits~1{{archive_id}}/get/parameters/2/schema/maximum",
                          f"{A}#/paths/~1runs/get/parameters/0/schema/maximum",
                          f"{A}#/paths/~1runs/get/parameters/1/schema/maximum",
-                         f"{A}#/paths/~1runs~1trace/get/parameters/6/schema/maximum"],
+                         f"{A}#/paths/~1runs~1trace/get/parameters/6/schema/maximum",
+                         # The evidence log's sizes and indexes (admin_app/api/evidence.py).
+                         f"{A}#/paths/~1evidence~1heads~1{{tree_size}}/get/parameters/0/schema/maximum",
+                         f"{A}#/paths/~1evidence~1leaves~1{{index}}/get/parameters/0/schema/maximum",
+                         f"{A}#/paths/~1evidence~1proof~1inclusion/get/parameters/0/schema/maximum",
+                         f"{A}#/paths/~1evidence~1proof~1inclusion/get/parameters/1/schema/maximum",
+                         f"{A}#/paths/~1evidence~1proof~1consistency/get/parameters/0/schema/maximum",
+                         f"{A}#/paths/~1evidence~1proof~1consistency/get/parameters/1/schema/maximum"],
     "INT32_MAX": [f"{R}#{S}Event{kind}/properties/sequence/maximum"
                   for kind in ("TurnStart", "UserMessage", "AssistantMessage", "RunLink", "TurnEnd")]
                  + [f"{R}#{S}KnowledgeReadRequest/properties/offset/maximum"],

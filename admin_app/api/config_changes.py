@@ -16,7 +16,8 @@ from ..config_audit.log import record_change
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Core leaves out its run queue and tool approvals; here approvals are decided under the same
 # path, and tasks (and their controls) are this hub's runs. Their own trails record them.
-EXCLUDED_AREAS = ("tool-approvals", "runs", "agent-runs", "agent-tasks")
+EXCLUDED_AREAS = ("tool-approvals", "runs", "agent-runs", "agent-tasks",
+                  "evidence")  # signing a tree head changes no configuration
 # Core's tests and syncs of a data source change no configuration; a provider's spec pull and
 # authorization probe are this hub's equivalents, should they come to the admin API.
 EXCLUDED_ENDINGS = re.compile(r"(^|/)(hittest|datasources/test|datasources/[^/]+/sync|refresh|probe)$")

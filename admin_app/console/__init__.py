@@ -35,6 +35,9 @@ def init_app(app: Flask) -> None:
     from . import jobs  # Client API jobs beside the runs, their executors and tokens
 
     app.register_blueprint(jobs.bp)
+    from . import config_changes  # the configuration-change log (issue 33)
+
+    app.register_blueprint(config_changes.bp)
     pause.init_app(app)  # the control, and the banner on every page while paused
 
 

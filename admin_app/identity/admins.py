@@ -18,6 +18,8 @@ from sqlalchemy.orm import Session
 
 from .. import limits
 from ..canonical import iso, utc_now
+from ..config_audit.changes import snapshot
+from ..config_audit.log import record_object
 from ..errors import ApiError
 from . import console_sessions, tokens
 from .models import Admin
@@ -111,6 +113,14 @@ def record_hub_change(db: Session, actor: Actor, action: str, **detail) -> None:
                {"aid": actor.admin_id, "actor": actor.name, "action": action, "detail": json.dumps(detail)})
 
 
+def _audit_config(db: Session, actor: Actor, verb: str, admin: Admin, was: dict) -> None:
+    """An admin's role or switch in the configuration-change log too (issue 33), as its allowlisted
+    settings (changes.FIELDS["admin"]: never the password hash)."""
+    now = snapshot("admin", admin)
+    record_object(db, actor.name, verb, f"admins/{admin.username}", "admin", admin.username,
+                  {**now, **was}, now)
+
+
 def create_admin(db: Session, username: str, role: str, password: str, actor: Actor | None = None) -> dict:
     if not USERNAME.match(username):
         raise ApiError("invalid_request", "username must match ^[a-z0-9][a-z0-9._-]{1,63}$")
@@ -162,6 +172,7 @@ def set_disabled(db: Session, actor: Actor, username: str, disabled: bool) -> di
         _touch(db, admin)
         ended = console_sessions.end_all_of(db, admin.id, "admin_disabled") if disabled else 0
         record(db, actor, "admin_disabled" if disabled else "admin_enabled", admin, sessions_ended=ended)
+        _audit_config(db, actor, "DISABLE" if disabled else "ENABLE", admin, {"disabled": not disabled})
     return {"username": admin.username, "role": admin.role, "disabled": admin.disabled}
 
 
@@ -173,6 +184,7 @@ def set_role(db: Session, actor: Actor, username: str, role: str) -> dict:
         before, admin.role = admin.role, role
         _touch(db, admin)
         record(db, actor, "role_changed", admin, before=before, after=role)
+        _audit_config(db, actor, "ROLE", admin, {"role": before})
     return {"username": admin.username, "role": role, "permissions": sorted(permissions_of(role))}
 
 

@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 
 from ..canonical import iso, utc_now
 from ..errors import ApiError
+from ..config_audit.log import stage
 from . import sealing, tokens
 from .models import ClientApp
 
@@ -16,6 +17,14 @@ def _locked(db: Session, app_id: str) -> ClientApp:
     if client is None:
         raise ApiError("client_not_found", f"No client app {app_id}.")
     return client
+
+
+def _issued_at(client: ClientApp) -> dict | None:
+    """What the configuration-change log keeps of a Client Token: when it was issued (None: no
+    token), never the token, its hash or its sealed copy."""
+    if client.client_token_hash is None:
+        return None
+    return {"app_id": client.app_id, "token_issued_at": iso(client.client_token_issued_at)}
 
 
 def rotate_client_token(db: Session, app_id: str, secret_key: str | bytes | None = None) -> dict:
@@ -29,9 +38,11 @@ def rotate_client_token(db: Session, app_id: str, secret_key: str | bytes | None
     client = _locked(db, app_id)
     token, digest = tokens.new_token(tokens.CLIENT)
     rotated = client.client_token_hash is not None
+    was = _issued_at(client)
     client.client_token_hash = digest
     client.client_token_sealed = sealing.seal(key, token)
     client.client_token_issued_at = utc_now()
+    stage(db, "client_token", app_id, was, _issued_at(client))
     return {"app_id": app_id, "client_token": token, "rotated": rotated,
             "issued_at": iso(client.client_token_issued_at)}
 
@@ -41,9 +52,12 @@ def revoke_client_token(db: Session, app_id: str) -> dict:
     new one is issued, and its jobs' callbacks wait for that token too."""
     client = _locked(db, app_id)
     revoked = client.client_token_hash is not None
+    was = _issued_at(client)
     client.client_token_hash = None
     client.client_token_sealed = None
     client.client_token_issued_at = None
+    if revoked:
+        stage(db, "client_token", app_id, was, None)
     return {"app_id": app_id, "revoked": revoked}
 
 

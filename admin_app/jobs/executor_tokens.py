@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from .. import limits
 from ..canonical import iso, utc_now
-from ..config_audit.log import record_change
+from ..config_audit.changes import snapshot
+from ..config_audit.log import record_change, stage
 from ..errors import ApiError, invalid_field
 from ..identity import tokens
 from ..identity.admins import operator
@@ -78,6 +79,22 @@ def _issued(row: ExecutorToken, token: str, rotated: bool) -> dict[str, Any]:
             "enabled": row.enabled, "description": row.description, "rotated": rotated}
 
 
+def _settings(row: ExecutorToken, issued_at: Any = None) -> dict[str, Any]:
+    """What the configuration-change log keeps of a token: its name, scope, switch and
+    description, and on issue or rotation when (`issued_at`); never the token, its hash or its
+    last characters."""
+    return snapshot("executor_token", {"name": row.name, "allowed_targets": list(row.allowed_targets),
+                                       "enabled": row.enabled, "description": row.description,
+                                       "token_issued_at": iso(issued_at)})
+
+
+def _stage_scope(db: Session, row: ExecutorToken, was: dict[str, Any]) -> None:
+    """A change of scope, switch or description (the token kept)."""
+    now = _settings(row)
+    if now != was:
+        stage(db, "executor_token", row.name, was, now)
+
+
 def issue(db: Session, name: str, allowed_targets: Any, description: str = "",
           enabled: bool = True) -> dict[str, Any]:
     """A new token under a new name; an existing name is refused (rotate it instead)."""
@@ -91,6 +108,7 @@ def issue(db: Session, name: str, allowed_targets: Any, description: str = "",
                         enabled=enabled, description=description)
     db.add(row)
     db.flush()
+    stage(db, "executor_token", name, None, _settings(row, utc_now()))
     return _issued(row, token, rotated=False)
 
 
@@ -100,7 +118,9 @@ def rotate(db: Session, name: str) -> dict[str, Any]:
     if row is None:
         raise ApiError("not_found", f"No executor token named {name}.")
     token, digest = new_token()
+    was = _settings(row)
     row.token_hash, row.token_last4, row.updated_at = digest, token[-4:], utc_now()
+    stage(db, "executor_token", name, was, _settings(row, row.updated_at))
     return _issued(row, token, rotated=True)
 
 
@@ -114,11 +134,14 @@ def upsert(db: Session, name: str, allowed_targets: Any, enabled: bool, descript
     row = db.scalar(select(ExecutorToken).where(ExecutorToken.name == name).with_for_update())
     if row is None:
         return issue(db, name, targets, check_description(description or ""), enabled)
+    was = _settings(row)
     row.allowed_targets, row.enabled, row.updated_at = targets, enabled, utc_now()
     if description is not None:
         row.description = check_description(description)
     if rotate_token:
+        _stage_scope(db, row, was)
         return rotate(db, name)
+    _stage_scope(db, row, was)
     return {"ok": True, "name": row.name, "token": None, "allowed_targets": list(row.allowed_targets),
             "enabled": row.enabled, "description": row.description, "rotated": False}
 
@@ -151,9 +174,10 @@ def note_command(db: Session, verb: str, name: str) -> None:
 def revoke(db: Session, name: str) -> dict[str, Any]:
     """Delete the token: it is unknown from the next request on."""
     deleted = db.execute(delete(ExecutorToken).where(ExecutorToken.name == name)
-                         .returning(ExecutorToken.name)).first()
+                         .returning(ExecutorToken)).scalar()
     if deleted is None:
         raise ApiError("not_found", f"No executor token named {name}.")
+    stage(db, "executor_token", name, _settings(deleted), None)
     return {"ok": True, "name": name, "revoked": True}
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from .. import limits
 from ..canonical import iso
 from ..errors import ApiError, invalid_request
+from ..config_audit.log import PAUSED, RESUMED, record_object
 from ..identity.admins import Actor, record_hub_change
 from ..validation import Checker
 
@@ -151,9 +152,14 @@ def set_paused(db: Session, actor: Actor, paused: bool, reason: str | None, chan
     whether this call changed it."""
     if channel not in CHANNELS:
         raise ValueError(f"unknown channel {channel!r}")
+    was = current(db)
     # Without the table (no `db upgrade` yet) the statement fails: the command says schema_missing.
     changed = db.execute(_CHANGE, {"paused": paused, "reason": reason, "actor": actor.name[:128],
                                    "aid": actor.admin_id}).first() is not None
     record_hub_change(db, actor, "hub_paused" if paused else "hub_resumed",
                       reason=reason, channel=channel, changed=changed)
+    if changed:  # beyond Core (§G.1): a change of state is a configuration change here too
+        record_object(db, actor.name, "POST", "pause" if paused else "resume", "hub_pause", "hub",
+                      {"paused": was.paused, "reason": was.reason}, {"paused": paused, "reason": reason},
+                      PAUSED if paused else RESUMED)
     return {**current(db).as_json(), "changed": changed}

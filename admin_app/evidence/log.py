@@ -1,0 +1,137 @@
+"""The evidence log's storage: appending a leaf in the caller's transaction, and reading proofs
+from the subtree hashes kept as leaves arrive.
+
+Contiguity: a leaf's index is its position in the Merkle tree, so a gap or a duplicate would
+break every proof after it. Appends therefore take a transaction-scoped advisory lock and the
+index max(idx) + 1, in the caller's transaction: the lock is held until that transaction ends,
+so the next appender (READ COMMITTED: each statement sees what committed before it) reads the
+committed maximum, and a rolled-back append releases its index to the next one. A sequence would
+be faster but leaves a gap on every rollback; a one-row counter serializes exactly as the lock
+does but rewrites one hot row per append. The cost is that appends queue behind each other's
+transactions: producers append as late in their transaction as they can."""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY, BIGINT, BYTEA, SMALLINT
+from sqlalchemy.orm import Session
+
+from ..canonical import canonical_json, iso
+from . import merkle
+
+# pg_advisory_xact_lock keys of this log ("evid" and "evih" as 32-bit numbers).
+APPEND_LOCK = 0x65766964
+HEAD_LOCK = 0x65766968
+KIND_MAX = 64
+REF_MAX = 256
+
+_installed = False
+
+
+def installed(db: Session) -> bool:
+    """Whether migration 082 is applied: until it is, producers append nothing rather than fail."""
+    global _installed
+    if not _installed:
+        _installed = bool(db.scalar(text("SELECT to_regclass('bz_evidence_leaves') IS NOT NULL")))
+    return _installed
+
+
+def leaf_data(kind: str, record: dict[str, Any]) -> bytes:
+    """The bytes a producer's leaf commits to: the canonical JSON (sorted keys, no spaces, UTF-8)
+    of {"kind": kind, **record}, so anyone holding the record can recompute its leaf hash."""
+    return canonical_json({"kind": kind, **record}).encode("utf-8")
+
+
+def append_leaf(db: Session, kind: str, ref: str, leaf_data: bytes) -> int | None:
+    """Append SHA-256(0x00 || leaf_data) as the next leaf, in the caller's transaction (it
+    commits or rolls back with the row it covers), with the complete subtrees it finishes.
+    Returns the leaf's index; None when the log is not installed."""
+    if not kind or len(kind) > KIND_MAX or len(ref) > REF_MAX:
+        raise ValueError(f"kind must be 1-{KIND_MAX} characters and ref at most {REF_MAX}")
+    if not installed(db):
+        return None
+    db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": APPEND_LOCK})
+    index = int(db.scalar(text("SELECT coalesce(max(idx) + 1, 0) FROM bz_evidence_leaves")))
+    digest = merkle.leaf_hash(bytes(leaf_data))
+    db.execute(text("INSERT INTO bz_evidence_leaves (idx, kind, ref, leaf_hash) VALUES (:i, :kind, :ref, :h)"),
+               {"i": index, "kind": kind, "ref": ref, "h": digest})
+    # The leaf closes one subtree per trailing 1 bit of its index: each is the hash of its left
+    # sibling (already stored) and the subtree just closed on its right.
+    lefts = []
+    level, i = 0, index
+    while i & 1:
+        lefts.append((level, i - 1))
+        level, i = level + 1, i >> 1
+    stored = _nodes(db, lefts)
+    levels, idxs, hashes = [0], [index], [digest]
+    current = digest
+    for level, left in lefts:
+        current = merkle.node_hash(stored[(level, left)], current)
+        levels.append(level + 1)
+        idxs.append(left >> 1)
+        hashes.append(current)
+    db.execute(text("INSERT INTO bz_evidence_nodes (level, idx, hash) "
+                    "SELECT * FROM unnest(:levels, :idxs, :hashes)").bindparams(
+        bindparam("levels", type_=ARRAY(SMALLINT)), bindparam("idxs", type_=ARRAY(BIGINT)),
+        bindparam("hashes", type_=ARRAY(BYTEA))), {"levels": levels, "idxs": idxs, "hashes": hashes})
+    return index
+
+
+def _nodes(db: Session, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    if not keys:
+        return {}
+    rows = db.execute(text("SELECT n.level, n.idx, n.hash FROM bz_evidence_nodes n "
+                           "JOIN unnest(:levels, :idxs) AS k(level, idx) ON n.level = k.level AND n.idx = k.idx")
+                      .bindparams(bindparam("levels", type_=ARRAY(SMALLINT)), bindparam("idxs", type_=ARRAY(BIGINT))),
+                      {"levels": [k[0] for k in keys], "idxs": [k[1] for k in keys]}).all()
+    return {(level, idx): bytes(h) for level, idx, h in rows}
+
+
+def stored(db: Session, make):
+    """Run `make(subtrees)` (a merkle function of the tree) over the stored nodes, fetched in one
+    query. A missing node is the storage damaged: LookupError."""
+    nodes = _nodes(db, merkle.needed_subtrees(make))
+
+    def subtree(level: int, index: int) -> bytes:
+        try:
+            return nodes[(level, index)]
+        except KeyError:
+            raise LookupError(f"the stored subtree ({level}, {index}) is missing") from None
+
+    return make(subtree)
+
+
+def size(db: Session) -> int:
+    """Leaves committed so far (the contiguous indexes 0 .. size - 1)."""
+    return int(db.scalar(text("SELECT coalesce(max(idx) + 1, 0) FROM bz_evidence_leaves")))
+
+
+def root_at(db: Session, tree_size: int) -> bytes:
+    return stored(db, lambda s: merkle.range_hash(s, 0, tree_size))
+
+
+def leaf(db: Session, index: int) -> dict[str, Any] | None:
+    row = db.execute(text("SELECT idx, kind, ref, leaf_hash, created_at FROM bz_evidence_leaves WHERE idx = :i"),
+                     {"i": index}).first()
+    if row is None:
+        return None
+    return {"index": row.idx, "kind": row.kind, "ref": row.ref, "leaf_hash": bytes(row.leaf_hash),
+            "created_at": iso(row.created_at)}
+
+
+def inclusion(db: Session, index: int, tree_size: int) -> list[bytes]:
+    return stored(db, lambda s: merkle.inclusion_proof(s, index, tree_size))
+
+
+def consistency(db: Session, first: int, second: int) -> list[bytes]:
+    return stored(db, lambda s: merkle.consistency_proof(s, first, second))
+
+
+def all_leaf_hashes(db: Session) -> list[tuple[int, bytes]]:
+    """(idx, leaf_hash) of every row in index order, as stored: `check` reads them all."""
+    return [(i, bytes(h)) for i, h in db.execute(text("SELECT idx, leaf_hash FROM bz_evidence_leaves ORDER BY idx"))]
+
+
+def all_nodes(db: Session) -> dict[tuple[int, int], bytes]:
+    return {(level, i): bytes(h) for level, i, h in db.execute(text("SELECT level, idx, hash FROM bz_evidence_nodes"))}
