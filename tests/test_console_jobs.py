@@ -16,6 +16,7 @@ from admin_app.console import jobs as jobs_view
 from admin_app.reads import jobs as job_reads
 from tests.helpers import make_admin, row_counts
 from tests.jobs_world import seed_call, seed_callback, seed_client, seed_event, seed_job
+from tests.test_console_runs import alert, matched
 from tests.test_console_server import csrf_of, flashes, location, signed_in
 
 HTMX = {"HX-Request": "true"}
@@ -40,15 +41,6 @@ def admin(server, cli):
 def job_rows(html: str) -> list[str]:
     return re.findall(r'<tr data-href="/console/jobs/([0-9a-f-]{36})">', html)
 
-
-def matched(html: str) -> list[str]:
-    return [unescape(m) for m in re.findall(r'<td class="matched">([^<]*)</td>', html)]
-
-
-def alert(html: str) -> str:
-    found = re.findall(r'<p class="flash error" role="alert">([^<]*)</p>', html)
-    assert len(found) == 1, html[:3000]
-    return unescape(found[0])
 
 
 # ================================================================ the Jobs tab of the runs list
