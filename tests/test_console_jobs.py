@@ -10,13 +10,12 @@ import uuid
 from html import unescape
 
 import pytest
-from sqlalchemy import event, text
 
 from admin_app.console import jobs as jobs_view
 from admin_app.reads import jobs as job_reads
 from tests.helpers import make_admin, row_counts
 from tests.jobs_world import seed_call, seed_callback, seed_client, seed_event, seed_job
-from tests.test_console_runs import alert, matched
+from tests.test_console_runs import alert, matched, plan_of_last_statement
 from tests.test_console_server import csrf_of, flashes, location, signed_in
 
 HTMX = {"HX-Request": "true"}
@@ -124,18 +123,8 @@ def test_a_job_is_found_by_a_prefix_of_any_id_it_is_known_by(support, sql):
 
 def test_each_job_lookup_branch_reads_an_index(app, sql):
     seed_job(sql)
-    with app.extensions["bailing"].db.session() as db:
-        statements: list[tuple[str, object]] = []
-        engine = db.get_bind()
-        listener = lambda conn, cursor, statement, params, context, many: statements.append((statement, params))  # noqa: E731
-        event.listen(engine, "before_cursor_execute", listener)
-        try:
-            db.execute(text("SET LOCAL enable_seqscan = off"))
-            job_reads.recent_jobs(db, job_reads.JobFilters(q="abcd1234"), None, 50)
-        finally:
-            event.remove(engine, "before_cursor_execute", listener)
-        statement, params = statements[-1]
-        plan = "\n".join(row[0] for row in db.connection().exec_driver_sql("EXPLAIN " + statement, params))
+    plan = plan_of_last_statement(app, lambda db: job_reads.recent_jobs(db, job_reads.JobFilters(q="abcd1234"),
+                                                                         None, 50))
     for index in ("bz_jobs_pkey", "bz_jobs_request_prefix", "bz_jobs_session_prefix", "bz_jobs_executor_prefix",
                   "bz_tool_invocations_invocation_prefix", "bz_tool_invocations_pkey"):
         assert index in plan, plan

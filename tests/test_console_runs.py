@@ -142,10 +142,9 @@ def test_a_run_is_found_by_a_prefix_of_any_id_it_is_known_by(hub, support):
     assert run_rows(page.text) == [other] and 'name="conversation" value="conv-other"' in page.text
 
 
-def test_each_lookup_branch_reads_its_prefix_index(app, hub):
-    """EXPLAIN of the statement the lookup really sends, with sequential scans priced out (the
-    test tables are tiny): every branch is an index read (a primary key, or sql/067's index)."""
-    hub.turn("conv-explain", "turn-1", "explain me")
+def plan_of_last_statement(app, read) -> str:
+    """EXPLAIN of the last statement `read(db)` really sends, with sequential scans priced out
+    (the test tables are tiny, so the planner would scan them)."""
     with app.extensions["bailing"].db.session() as db:
         statements: list[tuple[str, object]] = []
         engine = db.get_bind()
@@ -153,11 +152,19 @@ def test_each_lookup_branch_reads_its_prefix_index(app, hub):
         event.listen(engine, "before_cursor_execute", listener)
         try:
             db.execute(text("SET LOCAL enable_seqscan = off"))
-            run_reads.recent_runs(db, run_reads.RunFilters(q="abcd1234"), None, 50)
+            read(db)
         finally:
             event.remove(engine, "before_cursor_execute", listener)
         statement, params = statements[-1]
-        plan = "\n".join(row[0] for row in db.connection().exec_driver_sql("EXPLAIN " + statement, params))
+        return "\n".join(row[0] for row in db.connection().exec_driver_sql("EXPLAIN " + statement, params))
+
+
+def test_each_lookup_branch_reads_its_prefix_index(app, hub):
+    """EXPLAIN of the statement the lookup really sends, with sequential scans priced out (the
+    test tables are tiny): every branch is an index read (a primary key, or sql/067's index)."""
+    hub.turn("conv-explain", "turn-1", "explain me")
+    plan = plan_of_last_statement(app, lambda db: run_reads.recent_runs(db, run_reads.RunFilters(q="abcd1234"),
+                                                                         None, 50))
     for index in ("bz_runs_pkey", "bz_runs_session", "bz_runs_conversation_prefix",
                   "bz_runs_turn_prefix", "bz_tool_invocations_invocation_prefix",
                   "bz_tool_invocations_pkey"):

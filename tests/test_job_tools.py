@@ -378,6 +378,16 @@ def test_unknown_outcome_freezes_the_job(desk, monkeypatch):
     assert desk.counts() == before
 
 
+def test_a_read_whose_answer_was_lost_is_answered_as_unknown_and_freezes_nothing(desk):
+    job = desk.start()
+    desk.business.fault(GET, "drop_response")  # once
+    answer = desk.ok(job, GET, {"customer_id": "C-100234"})
+    assert (answer["ok"], answer["status"]) == (False, 0)
+    assert answer["text"].startswith(tool_calls.UNKNOWN_READ.split("（")[0].format(tool=GET))  # noqa: RUF001
+    assert "governance_state" not in answer
+    assert desk.ok(job, GET, {"customer_id": "C-100234"})["status"] == 200  # a read freezes nothing
+
+
 def test_rate_limit_is_status_429(server, cli, business, tmp_path, sql, app):
     desk = Desk(server, cli, business, tmp_path, sql, app,
                 lambda config: config["tool_providers"][0].update(rate_limit_per_min=1))

@@ -83,7 +83,8 @@ CHANGED = "工具 {tool} 自审批后已变更，批准的调用不会按新定�
 RATE_LIMITED = "工具 {tool} 触发限流，稍后再试（约 {ms} 毫秒后）。"  # noqa: RUF001
 RECONCILE = ("工具 {tool} 的一次有副作用的调用结果未知（幂等键 {key}），可能已在业务系统执行。"  # noqa: RUF001
              "为避免重复执行，本任务的工具调用已冻结，需人工核对。请结束任务并告知用户。")  # noqa: RUF001
-UNKNOWN_READ = "调用失败：工具 {tool} 没有得到完整的应答（{failure}）。"  # noqa: RUF001
+# Unknown, never "failed": the request may have reached the business system.
+UNKNOWN_READ = "工具 {tool} 的调用结果未知：请求可能已送达业务系统，但没有得到完整的应答（{failure}）。"  # noqa: RUF001
 JOURNAL_DOWN = "执行日志当前不可用，工具请求未发出：{reason}"  # noqa: RUF001
 INTERNAL = "工具调用被中枢拒绝：{reason}"  # noqa: RUF001
 EMPTY = "（HTTP {status} 空响应）"  # noqa: RUF001
