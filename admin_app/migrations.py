@@ -41,8 +41,9 @@ PARTITION_LOCK_TIMEOUT = "5s"
 # applied only while no feature it belongs to is left out. Released files are never edited (their
 # checksums are recorded), so what belongs to what is declared here, not in the files.
 FEATURES: dict[str, frozenset[int]] = {
-    # The archives (057), their search indexes (065) and list indexes (070).
-    "conversation-audit": frozenset({57, 65, 70}),
+    # The archives (057), their search indexes (065) and list indexes (070), their messages'
+    # salts and redactions (085).
+    "conversation-audit": frozenset({57, 65, 70, 85}),
     # Members bound to their own client app and route (058): v2 creation.
     "cross-binding": frozenset({58}),
 }

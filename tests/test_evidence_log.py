@@ -39,9 +39,13 @@ def leaf_rows(sql) -> list[tuple]:
 
 
 @pytest.fixture
-def world(server, cli):
-    return {"admin": bearer(admin_token(cli, "ada", "admin")),
-            "auditor": bearer(admin_token(cli, "aud", "auditor")), "hub": server}
+def world(server, cli, sql):
+    """Two admins with tokens, then an empty log: their accounts' events are leaves too (the
+    producers' own tests cover those), and these tests count leaves from 0."""
+    tokens = {"admin": bearer(admin_token(cli, "ada", "admin")),
+              "auditor": bearer(admin_token(cli, "aud", "auditor")), "hub": server}
+    sql("TRUNCATE bz_evidence_leaves, bz_evidence_nodes")
+    return tokens
 
 
 # ---------------------------------------------------------------- appending

@@ -33,3 +33,10 @@ def first_mismatch(db: Session) -> dict[str, Any] | None:
         if merkle.leaf_hash(leaf_data(dict(row))) != bytes(row["leaf_hash"]):
             return {"leaf": row["idx"], "ref": row["ref"], "problem": "the row no longer matches its leaf"}
     return None
+
+
+def evidence_of(db: Session, refs: list[str]) -> dict[str, bytes | str]:
+    """bz_config_audit:<id> -> the leaf data of that row as it stands (absent when gone)."""
+    ids = [int(ref.rsplit(":", 1)[1]) for ref in refs]
+    rows = db.execute(text("SELECT * FROM bz_config_audit WHERE id = ANY(:ids)"), {"ids": ids}).mappings()
+    return {f"bz_config_audit:{row['id']}": leaf_data(dict(row)) for row in rows}

@@ -22,6 +22,8 @@ from .. import limits
 from ..canonical import sha256_json
 from ..db import at_commit
 from ..errors import ApiError, invalid_request
+from ..evidence import leaves as evidence_leaves
+from ..evidence import log as evidence_log
 from ..identity.models import AgentSession
 from ..observability import metrics
 from ..runtime.links import run_for_link
@@ -347,12 +349,13 @@ def check_runs_linked_once(rows: list[Event]) -> None:
 _INSERT = """
     INSERT INTO bz_agent_conversation_events
         (archive_id, sequence, event_id, client_turn_id, kind, content, status, run_id,
-         member_session_id, thread_id, body_sha256)
+         member_session_id, thread_id, body_sha256, content_salt)
     SELECT %(archive)s, sequence, event_id, client_turn_id, kind, content, status, run_id,
-           member_session_id, thread_id, body_sha256
+           member_session_id, thread_id, body_sha256, decode(content_salt, 'hex')
       FROM json_to_recordset(%(rows)s::json) AS r(
            sequence integer, event_id text, client_turn_id text, kind text, content text,
-           status text, run_id uuid, member_session_id uuid, thread_id bigint, body_sha256 text)"""
+           status text, run_id uuid, member_session_id uuid, thread_id bigint, body_sha256 text,
+           content_salt text)"""
 _UPDATE_HEADER = """
     UPDATE bz_agent_conversation_archives
        SET last_sequence = %(last)s, message_count = message_count + %(messages)s,
@@ -363,11 +366,22 @@ _UPDATE_HEADER = """
 
 def write_batch(db: Session, archive: CheckedArchive, rows: list[Event], turns: TurnOutcome,
                 new_bytes: int, last_seq: int) -> None:
-    """Store the rows (each validated event with its thread and digest; absent columns are NULL)
-    and the header's new counters, both sent with the COMMIT."""
+    """Store the rows (each validated event with its thread and digest; absent columns are NULL),
+    the header's new counters and the events' leaves in the evidence log (each message with a new
+    salt its leaf commits through), all sent with the COMMIT."""
     header_id = archive.header.id
+    leaves = []
+    for row in rows:
+        commitment = None
+        if "content" in row:
+            salt = evidence_leaves.new_salt()
+            row["content_salt"] = salt.hex()
+            commitment = evidence_leaves.commitment(salt, row["content"])
+        leaves.append((evidence_leaves.EVENT, evidence_leaves.event_ref(header_id, row["sequence"]),
+                       evidence_leaves.event_data(header_id, row, commitment)))
     at_commit(db, (_INSERT, {"rows": json.dumps(rows, ensure_ascii=False), "archive": header_id}),
               (_UPDATE_HEADER, {"last": last_seq, "messages": turns.messages, "turns": turns.turns,
                                 "bytes": new_bytes, "running": turns.running, "status": turns.status,
                                 "id": header_id}))
+    evidence_log.append_at_commit(db, leaves)  # last: the log's lock is held from here to COMMIT
     metrics.events_appended(db, len(rows))  # counted once this batch commits

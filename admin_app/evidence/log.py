@@ -8,16 +8,19 @@ so the next appender (READ COMMITTED: each statement sees what committed before 
 committed maximum, and a rolled-back append releases its index to the next one. A sequence would
 be faster but leaves a gap on every rollback; a one-row counter serializes exactly as the lock
 does but rewrites one hot row per append. The cost is that appends queue behind each other's
-transactions: producers append as late in their transaction as they can."""
+transactions: producers append as late in their transaction as they can, the hot ones in their
+COMMIT's round trip (`append_at_commit`). The append itself is one SQL function
+(bz_evidence_append, sql/084), so it can be sent unread in that round trip."""
 from __future__ import annotations
 
 from typing import Any
 
 from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY, BIGINT, BYTEA, SMALLINT
+from sqlalchemy.dialects.postgresql import ARRAY, BIGINT, BYTEA, SMALLINT, TEXT
 from sqlalchemy.orm import Session
 
 from ..canonical import canonical_json, iso
+from ..db import at_commit
 from . import merkle
 
 # pg_advisory_xact_lock keys of this log ("evid" and "evih" as 32-bit numbers).
@@ -30,10 +33,12 @@ _installed = False
 
 
 def installed(db: Session) -> bool:
-    """Whether migration 082 is applied: until it is, producers append nothing rather than fail."""
+    """Whether migrations 082 and 084 are applied: until they are, producers append nothing
+    rather than fail."""
     global _installed
     if not _installed:
-        _installed = bool(db.scalar(text("SELECT to_regclass('bz_evidence_leaves') IS NOT NULL")))
+        _installed = bool(db.scalar(text(
+            "SELECT to_regprocedure('bz_evidence_append(text[], text[], bytea[])') IS NOT NULL")))
     return _installed
 
 
@@ -47,35 +52,38 @@ def append_leaf(db: Session, kind: str, ref: str, leaf_data: bytes) -> int | Non
     """Append SHA-256(0x00 || leaf_data) as the next leaf, in the caller's transaction (it
     commits or rolls back with the row it covers), with the complete subtrees it finishes.
     Returns the leaf's index; None when the log is not installed."""
-    if not kind or len(kind) > KIND_MAX or len(ref) > REF_MAX:
-        raise ValueError(f"kind must be 1-{KIND_MAX} characters and ref at most {REF_MAX}")
-    if not installed(db):
+    return append_leaves(db, [(kind, ref, leaf_data)])
+
+
+def append_leaves(db: Session, leaves: list[tuple[str, str, bytes]]) -> int | None:
+    """Append (kind, ref, leaf data) as consecutive leaves now, in the caller's transaction;
+    the first one's index (None when there are none or the log is not installed)."""
+    args = _arguments(leaves)
+    if args is None or not installed(db):
         return None
-    db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": APPEND_LOCK})
-    index = int(db.scalar(text("SELECT coalesce(max(idx) + 1, 0) FROM bz_evidence_leaves")))
-    digest = merkle.leaf_hash(bytes(leaf_data))
-    db.execute(text("INSERT INTO bz_evidence_leaves (idx, kind, ref, leaf_hash) VALUES (:i, :kind, :ref, :h)"),
-               {"i": index, "kind": kind, "ref": ref, "h": digest})
-    # The leaf closes one subtree per trailing 1 bit of its index: each is the hash of its left
-    # sibling (already stored) and the subtree just closed on its right.
-    lefts = []
-    level, i = 0, index
-    while i & 1:
-        lefts.append((level, i - 1))
-        level, i = level + 1, i >> 1
-    stored = _nodes(db, lefts)
-    levels, idxs, hashes = [0], [index], [digest]
-    current = digest
-    for level, left in lefts:
-        current = merkle.node_hash(stored[(level, left)], current)
-        levels.append(level + 1)
-        idxs.append(left >> 1)
-        hashes.append(current)
-    db.execute(text("INSERT INTO bz_evidence_nodes (level, idx, hash) "
-                    "SELECT * FROM unnest(:levels, :idxs, :hashes)").bindparams(
-        bindparam("levels", type_=ARRAY(SMALLINT)), bindparam("idxs", type_=ARRAY(BIGINT)),
-        bindparam("hashes", type_=ARRAY(BYTEA))), {"levels": levels, "idxs": idxs, "hashes": hashes})
-    return index
+    return db.scalar(text("SELECT bz_evidence_append(:kinds, :refs, :hashes)").bindparams(*_ARRAYS), args)
+
+
+def append_at_commit(db: Session, leaves: list[tuple[str, str, bytes]]) -> None:
+    """The same, sent in the round trip of the transaction's COMMIT (db.at_commit), so the log's
+    lock is held only for that round trip: a producer on a hot path appends this way."""
+    args = _arguments(leaves)
+    if args is not None and installed(db):
+        at_commit(db, ("SELECT bz_evidence_append(%(kinds)s, %(refs)s, %(hashes)s)", args))
+
+
+_ARRAYS = (bindparam("kinds", type_=ARRAY(TEXT)), bindparam("refs", type_=ARRAY(TEXT)),
+           bindparam("hashes", type_=ARRAY(BYTEA)))
+
+
+def _arguments(leaves: list[tuple[str, str, bytes]]) -> dict[str, list] | None:
+    for kind, ref, _ in leaves:
+        if not kind or len(kind) > KIND_MAX or len(ref) > REF_MAX:
+            raise ValueError(f"kind must be 1-{KIND_MAX} characters and ref at most {REF_MAX}")
+    if not leaves:
+        return None
+    return {"kinds": [k for k, _, _ in leaves], "refs": [r for _, r, _ in leaves],
+            "hashes": [merkle.leaf_hash(bytes(d)) for _, _, d in leaves]}
 
 
 def _nodes(db: Session, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:

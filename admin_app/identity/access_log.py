@@ -3,12 +3,15 @@ when, and through which door (a console session, or a personal API token named b
 
 It lives beside the admins and their tokens, which it names. A read is recorded in the
 transaction of the read itself, so an answered read is a recorded one and a refused read (whose
-transaction rolls back) leaves nothing. The log is read by reads.access_log."""
+transaction rolls back) leaves nothing; each row is a leaf of the evidence log too. The log is read
+by reads.access_log."""
 from __future__ import annotations
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from ..evidence import leaves
+from ..evidence import log as evidence_log
 from . import tokens
 
 ACTIONS = frozenset({"transcript_view", "transcript_export", "snapshot_view", "snapshot_download",
@@ -26,12 +29,23 @@ def _insert(db: Session, admin_id: int, username: str, action: str, target: str,
     first, last = sequences if sequences is not None else (None, None)
     if sequences is not None and not (isinstance(first, int) and isinstance(last, int) and first <= last):
         raise ValueError(f"access-log sequences must be (first, last) with first <= last, not {sequences!r}")
-    db.execute(text("INSERT INTO bz_access_log (admin_id, username, action, target, channel, admin_token_id, "
-                    "                           first_sequence, last_sequence) "
-                    "VALUES (:admin, :user, :action, :target, :channel, "
-                    "        (SELECT id FROM bz_admin_tokens WHERE token_hash = :token), :first, :last)"),
-               {"admin": admin_id, "user": username, "action": action, "target": target,
-                "channel": channel, "token": token_hash, "first": first, "last": last})
+    row = db.execute(text("INSERT INTO bz_access_log (admin_id, username, action, target, channel, admin_token_id, "
+                          "                           first_sequence, last_sequence) "
+                          "VALUES (:admin, :user, :action, :target, :channel, "
+                          "        (SELECT id FROM bz_admin_tokens WHERE token_hash = :token), :first, :last) "
+                          "RETURNING *"),
+                     {"admin": admin_id, "user": username, "action": action, "target": target,
+                      "channel": channel, "token": token_hash, "first": first, "last": last}).mappings().one()
+    # Its leaf in the evidence log, sent with the read's COMMIT (an export streams long after).
+    evidence_log.append_at_commit(db, [(leaves.ACCESS, leaves.access_ref(row["id"]), leaves.access_data(row))])
+
+
+def evidence_of(db: Session, refs: list[str]) -> dict[str, bytes]:
+    """The leaf data of the rows `refs` name (access:<id>), as they stand; a gone row is absent."""
+    ids = [int(ref.split(":", 1)[1]) for ref in refs]
+    rows = db.execute(text("SELECT * FROM bz_access_log WHERE id = ANY(:ids)"),
+                      {"ids": ids}).mappings()
+    return {leaves.access_ref(row["id"]): leaves.access_data(row) for row in rows}
 
 
 def record_console_read(db: Session, admin_id: int, username: str, action: str, target: str,

@@ -21,6 +21,8 @@ from ..canonical import iso, utc_now
 from ..config_audit.changes import snapshot
 from ..config_audit.log import record_object
 from ..errors import ApiError
+from ..evidence import leaves
+from ..evidence import log as evidence_log
 from . import console_sessions, tokens
 from .models import Admin
 from .roles import ROLES, permissions_of
@@ -100,17 +102,31 @@ def _find(db: Session, username: str) -> Admin:
 
 
 def record(db: Session, actor: Actor, action: str, target: Admin, **detail) -> None:
-    db.execute(text("INSERT INTO bz_admin_events (actor_admin_id, actor, action, target_admin_id, target, detail) "
-                    "VALUES (:aid, :actor, :action, :tid, :target, CAST(:detail AS jsonb))"),
-               {"aid": actor.admin_id, "actor": actor.name, "action": action, "tid": target.id,
+    _event(db, {"aid": actor.admin_id, "actor": actor.name, "action": action, "tid": target.id,
                 "target": target.username, "detail": json.dumps(detail)})
 
 
 def record_hub_change(db: Session, actor: Actor, action: str, **detail) -> None:
     """A change to the hub itself (a pause, a resume) in the same trail; it names no admin."""
-    db.execute(text("INSERT INTO bz_admin_events (actor_admin_id, actor, action, target_admin_id, target, detail) "
-                    "VALUES (:aid, :actor, :action, NULL, 'hub', CAST(:detail AS jsonb))"),
-               {"aid": actor.admin_id, "actor": actor.name, "action": action, "detail": json.dumps(detail)})
+    _event(db, {"aid": actor.admin_id, "actor": actor.name, "action": action, "tid": None, "target": "hub",
+                "detail": json.dumps(detail)})
+
+
+def _event(db: Session, values: dict) -> None:
+    """One bz_admin_events row and its leaf in the evidence log, in the caller's transaction."""
+    row = db.execute(text("INSERT INTO bz_admin_events (actor_admin_id, actor, action, target_admin_id, target, "
+                          "detail) VALUES (:aid, :actor, :action, :tid, :target, CAST(:detail AS jsonb)) "
+                          "RETURNING *"), values).mappings().one()
+    evidence_log.append_leaves(db, [(leaves.ADMIN_EVENT, leaves.admin_event_ref(row["id"]),
+                                     leaves.admin_event_data(row))])
+
+
+def event_evidence_of(db: Session, refs: list[str]) -> dict[str, bytes]:
+    """The leaf data of the admin events `refs` name (admin_event:<id>), as they stand."""
+    ids = [int(ref.split(":", 1)[1]) for ref in refs]
+    rows = db.execute(text("SELECT * FROM bz_admin_events WHERE id = ANY(:ids)"),
+                      {"ids": ids}).mappings()
+    return {leaves.admin_event_ref(row["id"]): leaves.admin_event_data(row) for row in rows}
 
 
 def _audit_config(db: Session, actor: Actor, verb: str, admin: Admin, was: dict) -> None:

@@ -32,6 +32,8 @@ from sqlalchemy.orm import Session, defer
 from .. import limits
 from ..canonical import iso, utc_now
 from ..errors import ApiError, invalid_request
+from ..evidence import leaves
+from ..evidence import log as evidence_log
 from ..identity.models import Admin, AgentSession
 from ..observability.metrics import tool_call_outcome
 from ..validation import Checker
@@ -59,9 +61,25 @@ def on_decided(hook: DecisionHook) -> DecisionHook:
     return hook
 
 
+DECISION_COLUMNS = ("id, number, args_hash, status, decided_by, decided_at, decision_reason, decided_via, "
+                    "decision_id, decided_credential")
+
+
+def decision_evidence_of(db: Session, refs: list[str]) -> dict[str, bytes]:
+    """The leaf data of the decisions `refs` name (approval:<id>), as their rows stand now."""
+    ids = [uuid.UUID(ref.split(":", 1)[1]) for ref in refs]
+    rows = db.execute(text(f"SELECT {DECISION_COLUMNS} FROM bz_tool_approvals WHERE id = ANY(:ids)"),  # noqa: S608
+                      {"ids": ids}).mappings()
+    return {leaves.decision_ref(row["id"]): leaves.decision_data(row) for row in rows}
+
+
 def after_decision(db: Session, approval_id: uuid.UUID, decision: str) -> bool:
-    """Tell the owners of the call, every one, in the deciding transaction; True when one reran
-    its work."""
+    """Record the decision in the evidence log and tell the owners of the call, every one, in the
+    deciding transaction; True when one reran its work. Both doors (approvers, business systems)
+    come through here."""
+    row = db.execute(text(f"SELECT {DECISION_COLUMNS} FROM bz_tool_approvals WHERE id = :id"),  # noqa: S608 - fixed columns
+                     {"id": approval_id}).mappings().one()
+    evidence_log.append_leaves(db, [(leaves.DECISION, leaves.decision_ref(approval_id), leaves.decision_data(row))])
     reran = False
     for hook in _decision_hooks:
         reran = hook(db, approval_id, decision) or reran
