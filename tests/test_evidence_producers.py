@@ -109,8 +109,9 @@ def test_reads_decisions_and_admin_events_are_leaves_of_their_own_transactions(h
                 data={"username": "support-one", "password": PASSWORD, "csrf_token": token})
     assert reader.get(f"{server.url}/console/conversations/{archive_id}", timeout=60).status_code == 200
     reads = leaf_rows(sql, leaves.ACCESS)
-    ids = sql("SELECT id FROM bz_access_log ORDER BY id")
-    assert [r[2] for r in reads] == [leaves.access_ref(i) for (i,) in ids] and reads
+    ids = sql("SELECT id, target FROM bz_access_log ORDER BY id")
+    assert [r[2] for r in reads] == [leaves.access_ref(i, t) for i, t in ids] and reads
+    assert reads[-1][2] == f"access:{archive_id}:{ids[-1][0]}"
     listed = server.get("/admin/api/tool-approvals", params={"status": "pending"}, headers=approver).json()
     pending = listed["items"][0]
     decided = server.post(f"/admin/api/tool-approvals/{pending['approval_id']}/approve", headers=approver,
@@ -121,9 +122,9 @@ def test_reads_decisions_and_admin_events_are_leaves_of_their_own_transactions(h
     assert [r[2] for r in decisions] == [leaves.decision_ref(approval)]
     assert check(app, leaf_rows(sql)) == []
     sql("UPDATE bz_tool_approvals SET decided_by = 'someone else' WHERE id = %s", (approval,))
-    sql("DELETE FROM bz_access_log WHERE id = %s", (ids[0][0],))
+    sql("DELETE FROM bz_access_log WHERE id = %s", (ids[-1][0],))
     sql("UPDATE bz_admin_events SET actor = 'nobody' WHERE id = (SELECT min(id) FROM bz_admin_events)")
     bad = {ref: why for _, ref, why in check(app, leaf_rows(sql))}
     assert bad == {leaves.decision_ref(approval): "the row no longer matches its leaf",
-                   leaves.access_ref(ids[0][0]): "the row is gone",
+                   leaves.access_ref(*ids[-1]): "the row is gone",
                    admin_events[0][2]: "the row no longer matches its leaf"}

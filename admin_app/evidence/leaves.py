@@ -91,8 +91,19 @@ def redaction_data(row: Mapping[str, Any]) -> bytes:
 
 # ----------------------------------------------------------------------------- reads, admin events, decisions
 
-def access_ref(row_id: int) -> str:
-    return f"access:{int(row_id)}"
+def access_ref(row_id: int, target: str) -> str:
+    """access:<target>:<id> for a read of one record named by its UUID (a transcript, a run, an
+    approval), so the reads of one transcript are found by prefix even when their rows are gone;
+    access:<id> for the others (a search, an export of the log itself)."""
+    try:
+        named = str(uuid.UUID(target)) == target
+    except ValueError:
+        named = False
+    return f"access:{target}:{int(row_id)}" if named else f"access:{int(row_id)}"
+
+
+def access_prefix(target: Any) -> str:
+    return f"access:{target}:"
 
 
 def access_data(row: Mapping[str, Any]) -> bytes:

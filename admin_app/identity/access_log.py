@@ -37,15 +37,16 @@ def _insert(db: Session, admin_id: int, username: str, action: str, target: str,
                      {"admin": admin_id, "user": username, "action": action, "target": target,
                       "channel": channel, "token": token_hash, "first": first, "last": last}).mappings().one()
     # Its leaf in the evidence log, sent with the read's COMMIT (an export streams long after).
-    evidence_log.append_at_commit(db, [(leaves.ACCESS, leaves.access_ref(row["id"]), leaves.access_data(row))])
+    ref = leaves.access_ref(row["id"], row["target"])
+    evidence_log.append_at_commit(db, [(leaves.ACCESS, ref, leaves.access_data(row))])
 
 
 def evidence_of(db: Session, refs: list[str]) -> dict[str, bytes]:
     """The leaf data of the rows `refs` name (access:<id>), as they stand; a gone row is absent."""
-    ids = [int(ref.split(":", 1)[1]) for ref in refs]
+    ids = [int(ref.rsplit(":", 1)[1]) for ref in refs]
     rows = db.execute(text("SELECT * FROM bz_access_log WHERE id = ANY(:ids)"),
                       {"ids": ids}).mappings()
-    return {leaves.access_ref(row["id"]): leaves.access_data(row) for row in rows}
+    return {leaves.access_ref(row["id"], row["target"]): leaves.access_data(row) for row in rows}
 
 
 def record_console_read(db: Session, admin_id: int, username: str, action: str, target: str,
