@@ -97,6 +97,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     from .api import evidence
 
     app.register_blueprint(evidence.bp)  # /admin/api/evidence: signed tree heads, keys, leaves, proofs
+    from .api import retention as retention_api
+
+    app.register_blueprint(retention_api.bp)  # retention policies and runs, legal holds, erasure requests
     from .api import admin_jobs
 
     app.register_blueprint(admin_jobs.bp)  # /admin/api/runs: Client API jobs (list, record, audit, rerun)
@@ -153,6 +156,14 @@ def create_app(test_config: dict | None = None) -> Flask:
 
         # A signed tree head every BAILING_EVIDENCE_HEAD_SECONDS (300) when leaves arrived.
         evidence_heads.init_app(app)
+        from .integrity import worker as evidence_verifier
+
+        # A verifier pass over the log and every row it covers every BAILING_EVIDENCE_VERIFY_SECONDS (3600).
+        evidence_verifier.init_app(app)
+        from .retention import worker as retention_purge
+
+        # The retention purge every BAILING_RETENTION_PURGE_SECONDS (6 h), the first a minute in.
+        retention_purge.init_app(app)
 
     @app.get("/")
     def index():

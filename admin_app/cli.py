@@ -274,6 +274,168 @@ def config_audit_prune():
     _emit(prune_once(_hub().db, days_from_env()))
 
 
+# ------------------------------------------------------------------ retention, holds, erasure
+
+def _door(verb: str, path: str):
+    """The command line's door into the configuration-change log: `cli:<login>`, a verb, a path."""
+    from .identity.admins import operator
+    from .retention.audit import Door
+
+    return Door(operator().name, verb, path)
+
+
+@main.group()
+def retention():
+    """Retention policies of conversation messages, and the purge that redacts what expired."""
+
+
+@retention.group("policy")
+def retention_policy():
+    """How long an app's (or one route's) messages keep their text."""
+
+
+@retention_policy.command("set")
+@click.option("--app", "app_id", required=True, help="The client app_id.")
+@click.option("--route", "route_key", default="*", show_default=True,
+              help="A route key, or * for every route of the app without a policy of its own.")
+@click.option("--keep-days", type=int, default=None, metavar="N", help="Redact messages older than N days.")
+@click.option("--keep", is_flag=True, help="Keep the messages (a route's `keep` wins over the app's *).")
+@hub_command
+def retention_policy_set(app_id: str, route_key: str, keep_days: int | None, keep: bool):
+    """Create or change the policy of APP (and ROUTE)."""
+    from .retention import policies
+
+    if keep == (keep_days is not None):
+        _fail("invalid_request", "Give either --keep-days N or --keep.")
+    app, route, days = policies.parse({"client_app_id": app_id, "route_key": route_key, "keep_days": keep_days})
+    with _hub().db.session() as session:
+        _emit(policies.set_policy(session, _door("SET", f"retention/policies/{app}/{route}"), app, route, days))
+
+
+@retention_policy.command("remove")
+@click.option("--app", "app_id", required=True, help="The client app_id.")
+@click.option("--route", "route_key", default="*", show_default=True, help="A route key, or *.")
+@hub_command
+def retention_policy_remove(app_id: str, route_key: str):
+    """Remove the policy of APP (and ROUTE): its messages are kept from then on, unless the app's
+    * policy applies."""
+    from .retention import policies
+
+    with _hub().db.session() as session:
+        _emit(policies.remove_policy(session, _door("REMOVE", f"retention/policies/{app_id}/{route_key}"),
+                                     app_id, route_key))
+
+
+@retention_policy.command("list")
+@hub_command
+def retention_policy_list():
+    """Every policy, by app, its * first."""
+    from .retention import policies
+
+    with _hub().db.session() as session:
+        _emit({"policies": policies.list_policies(session)})
+
+
+@retention.command("run")
+@hub_command
+def retention_run():
+    """Run the purge now (as every serving process does every BAILING_RETENTION_PURGE_SECONDS):
+    redacts the messages whose policy's time is up, skipping held archives; prints the run."""
+    from .identity.admins import operator
+    from .retention import purge
+
+    done = purge.run(_hub().db, operator().name)
+    assert done is not None  # only a scheduled run answers none
+    _emit(done)
+
+
+@retention.command("runs")
+@hub_command
+def retention_runs():
+    """The latest purge runs, newest first."""
+    from .retention import purge
+
+    with _hub().db.session() as session:
+        _emit({"runs": purge.list_runs(session, limits.RETENTION_LIST_LIMIT[0])})
+
+
+@main.group()
+def holds():
+    """Legal holds: while one is placed, no purge or erasure touches what it covers."""
+
+
+@holds.command("place")
+@click.option("--archive", "archive_id", default=None, help="An archive (conversation audit) id.")
+@click.option("--principal", default=None, help="A principal id: every archive it is a member of.")
+@click.option("--tenant", default=None, help="A tenant: every archive with a member of it.")
+@click.option("--reason", required=True, help="Why (kept in the hold and the configuration-change log).")
+@hub_command
+def holds_place(archive_id: str | None, principal: str | None, tenant: str | None, reason: str):
+    """Place a hold on one archive, one principal or one tenant."""
+    from .retention import holds as legal_holds
+
+    given = [(s, v) for s, v in (("archive", archive_id), ("principal", principal), ("tenant", tenant))
+             if v is not None]
+    if len(given) != 1:
+        _fail("invalid_request", "Give exactly one of --archive, --principal, --tenant.")
+    scope, value, why = legal_holds.parse_place({"scope": given[0][0], "value": given[0][1], "reason": reason})
+    with _hub().db.session() as session:
+        _emit(legal_holds.place(session, _door("PLACE", "legal-holds"), scope, value, why))
+
+
+@holds.command("release")
+@click.argument("hold_id")
+@click.option("--reason", required=True, help="Why it is released.")
+@hub_command
+def holds_release(hold_id: str, reason: str):
+    """Release hold HOLD_ID."""
+    from .retention import holds as legal_holds
+
+    number = legal_holds.parse_hold_id(hold_id)
+    why = legal_holds.parse_release({"reason": reason})
+    with _hub().db.session() as session:
+        _emit(legal_holds.release(session, _door("RELEASE", f"legal-holds/{number}/release"), number, why))
+
+
+@holds.command("list")
+@hub_command
+def holds_list():
+    """Active holds, then released ones, newest first."""
+    from .retention import holds as legal_holds
+
+    with _hub().db.session() as session:
+        _emit({"holds": legal_holds.list_holds(session, limits.RETENTION_LIST_LIMIT[2])})
+
+
+@main.group()
+def erasure():
+    """Erasure of one principal's conversation messages."""
+
+
+@erasure.command("request")
+@click.option("--principal", required=True, help="The principal id whose messages are erased.")
+@click.option("--reason", required=True, help="Why (e.g. the data subject's request and its reference).")
+@hub_command
+def erasure_request(principal: str, reason: str):
+    """Erase the messages of PRINCIPAL's turns in every archive it is a member of, now; refused
+    (legal_hold_applies, nothing erased) while a legal hold covers any of them."""
+    from .retention import erasure as erasures
+
+    principal_id, why = erasures.parse({"principal_id": principal, "reason": reason})
+    with _hub().db.session() as session:
+        _emit(erasures.request_erasure(session, _door("ERASE", "erasure-requests"), principal_id, why))
+
+
+@erasure.command("list")
+@hub_command
+def erasure_list():
+    """The erasure requests, newest first."""
+    from .retention import erasure as erasures
+
+    with _hub().db.session() as session:
+        _emit({"requests": erasures.list_requests(session, limits.RETENTION_LIST_LIMIT[2])})
+
+
 # ------------------------------------------------------------------ provider
 
 @main.group()
@@ -1090,19 +1252,31 @@ def evidence_rotate_key():
         _emit(rotate_key(session, _hub().settings.data_dir))
 
 
+@evidence.command("backfill")
+@click.option("--batch", "batch_size", type=click.IntRange(1, 50000), default=5000, show_default=True,
+              help="Rows per transaction.")
+@hub_command
+def evidence_backfill(batch_size: int):
+    """Leaves for the records stored before the evidence log covered them (messages first given
+    their salt), in batches that commit one by one: resumable, and a second run appends nothing.
+    Prints, per kind, the rows walked, leaves appended, salts given and rows left unverifiable."""
+    from .integrity.backfill import run
+
+    report = run(_hub().db.session, batch_size)
+    _emit({"appended": sum(k["appended"] for k in report.values()), "kinds": report})
+    if any(k["problems"] for k in report.values()):
+        sys.exit(1)
+
+
 @evidence.command("check")
 @hub_command
 def evidence_check():
-    """Recompute every stored leaf against the latest signed head, and every configuration-change
-    row against its leaf; exit 1 naming the first leaf that does not verify."""
-    from .config_audit.evidence_rows import first_mismatch
-    from .evidence.verify import check
+    """Recompute every stored leaf against the latest signed head, and every row of every kind
+    against its leaf (the background verifier's pass, recorded like its passes); exit 1 naming
+    the first leaf that does not verify."""
+    from .integrity.verifier import run_pass
 
-    with _hub().db.session() as session:
-        report = check(session)
-        rows = first_mismatch(session)
-    if rows is not None and report["ok"]:  # the tree holds; a row it covers does not
-        report.update(ok=False, first_bad_leaf=rows["leaf"], problem=f"{rows['ref']}: {rows['problem']}")
+    report = run_pass(_hub().db)
     _emit(report)
     if not report["ok"]:
         sys.exit(1)
@@ -1141,6 +1315,57 @@ def evidence_verify_proof(file: Path, public_keys: tuple[str, ...]):
         _emit({"ok": False, "problem": str(err)})
         sys.exit(1)
     _emit({"ok": True, "verified": shown})
+
+
+# ------------------------------------------------------------------ audit
+
+@main.group()
+def audit():
+    """Audit records checked anywhere: a transcript export verified offline."""
+
+
+def _refuse(message: str) -> None:
+    """A refusal of `audit verify`: exit 2, so that 1 always means "does not verify"."""
+    click.echo(json.dumps({"error": "invalid_request", "message": message}, indent=2, ensure_ascii=False), err=True)
+    sys.exit(2)
+
+
+# No app context: checking a file needs no hub, and making one would cost seconds (it hashes a
+# dummy password and imports every blueprint).
+@audit.command("verify", with_appcontext=False)
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--public-key", "public_keys", multiple=True, required=True, metavar="KEY",
+              help="An Ed25519 public key: standard base64 of its 32 bytes, or a file holding that "
+                   "(GET /admin/api/evidence/keys). Repeat for heads signed before a rotation.")
+def audit_verify(file: Path, public_keys: tuple[str, ...]):
+    """Check a transcript export (the console's export.json) offline, with only the public key and
+    no database: exit 0 when every record verifies, 1 naming the first leaf that does not, 2 when the
+    file or a key cannot be read."""
+    import base64
+    import binascii
+
+    from .evidence.transcript_verify import verify
+
+    keys = []
+    for given in public_keys:
+        try:
+            text = Path(given).read_text().strip() if Path(given).is_file() else given
+            raw = base64.b64decode(text, validate=True)
+        except (OSError, UnicodeDecodeError, binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != 32:
+            _refuse(f"--public-key {given}: not the base64 of a 32-byte Ed25519 public key")
+        keys.append(raw)
+    try:
+        export = json.loads(file.read_bytes())
+    except OSError as err:
+        _refuse(f"{file}: cannot be read ({err.strerror or err})")
+    except (ValueError, UnicodeDecodeError) as err:
+        _refuse(f"{file}: not a JSON file ({err})")
+    report = verify(export, keys).report()
+    _emit(report)
+    if not report["ok"]:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

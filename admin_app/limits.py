@@ -137,6 +137,15 @@ CONFIG_AUDIT_OFFSET_MAX = 2**53 - 1
 # {path, before, after} entries, each value cut to this many characters of its JSON.
 CONFIG_AUDIT_DIFF_ITEMS_MAX = 40
 CONFIG_AUDIT_DIFF_VALUE_MAX = 200
+# Retention, legal holds and erasure (issue 33; migration 084's checks): a policy keeps messages
+# 1 to 36,500 days (or for good); a hold's value (an archive id, a principal id, a tenant) and an
+# erasure's principal id; the reasons given.
+RETENTION_KEEP_DAYS = (1, 36500)
+LEGAL_HOLD_VALUE_MAX = 256
+RETENTION_REASON_MAX = 2000
+# Lists of holds, purge runs and erasure requests, newest first: (default, minimum, maximum),
+# clamped, never refused.
+RETENTION_LIST_LIMIT = (100, 1, 500)
 # Hub pause (BUSINESS_SIDE.md § E): the optional reason, and the body of POST /admin/pause|resume.
 PAUSE_REASON_MAX = 500
 PAUSE_BODY_MAX_BYTES = 4 * KIB

@@ -55,6 +55,7 @@ from admin_app.canonical import canonical_json, sha256_json
 from admin_app.catalog.projection import forced_approval, project
 from admin_app.catalog.search import rank
 from admin_app.conversation_audit.archives import CREATE_V2
+from admin_app.evidence import leaves, merkle
 from admin_app.identity import tokens
 from admin_app.identity.models import AgentSession, Route
 from admin_app.identity.sessions import identity_hash
@@ -78,7 +79,7 @@ BUSINESS_URL = "http://127.0.0.1:9"                # the providers' base URL: ne
 # Tables loaded with COPY: their keys, indexes and foreign keys are rebuilt after the load.
 BULK = ("bz_agent_conversation_archives", "bz_agent_conversation_members", "bz_agent_conversation_events",
         "bz_threads", "bz_runs", "bz_messages", "bz_tool_invocations", "bz_tool_approvals",
-        "bz_tool_journal", "bz_access_log")
+        "bz_tool_journal", "bz_access_log", "bz_evidence_leaves", "bz_evidence_nodes")
 
 COLUMNS = {
     "bz_agent_sessions": ("id", "client_app_id", "principal", "on_behalf_of", "allowed_routes", "device_label",
@@ -94,7 +95,9 @@ COLUMNS = {
                                       "route_key", "client_name"),
     "bz_agent_conversation_events": ("archive_id", "sequence", "event_id", "client_turn_id", "kind", "content",
                                      "status", "run_id", "member_session_id", "thread_id", "body_sha256",
-                                     "created_at"),
+                                     "created_at", "content_salt"),
+    "bz_evidence_leaves": ("idx", "kind", "ref", "leaf_hash", "created_at"),
+    "bz_evidence_nodes": ("level", "idx", "hash"),
     "bz_threads": ("id", "session_id", "route_key", "client_conversation_id", "created_at"),
     "bz_runs": ("id", "thread_id", "session_id", "client_app_id", "route_key", "client_conversation_id",
                 "client_turn_id", "user_message_id", "request_hash", "context", "profile_revision",
@@ -172,12 +175,56 @@ def text_array(values) -> str:
     return "{" + ",".join(values) + "}"
 
 
+def bytea(value: bytes | None) -> str:
+    return "\\N" if value is None else "\\\\x" + value.hex()
+
+
 def row(*values) -> str:
     return "\t".join(values) + "\n"
 
 
 def new_uuid(rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+class EvidenceStream:
+    """The evidence log's leaves (in the order given) and every complete subtree they make, as
+    bz_evidence_append (sql/084) stores them, streamed into their tables with COPY: a compact
+    range of at most one subtree per level is kept in memory. It starts the log empty (the leaves
+    of the configuration and admins made before are dropped: the backfill after the load gives
+    them new ones)."""
+
+    def __init__(self, url: str):
+        self.leaves = Stream(url, "bz_evidence_leaves")
+        self.nodes = Stream(url, "bz_evidence_nodes")
+        self.size = 0
+        self.stack: list[tuple[int, int, bytes]] = []  # (level, index, hash), largest first
+        self.seconds = 0.0
+
+    def write(self, items: list[tuple[str, str, bytes, float]]) -> None:
+        """(kind, ref, leaf hash, time) in log order."""
+        started = time.perf_counter()
+        leaf_lines, node_lines = [], []
+        stack, node = self.stack, merkle.node_hash
+        for kind, ref, leaf, at in items:
+            index = self.size
+            self.size += 1
+            leaf_lines.append(row(str(index), kind, esc(ref), bytea(leaf), ts(at)))
+            node_lines.append(f"0\t{index}\t\\\\x{leaf.hex()}\n")
+            level, hashed = 0, leaf
+            while stack and stack[-1][0] == level:
+                _, left_index, left = stack.pop()
+                level, index, hashed = level + 1, left_index >> 1, node(left, hashed)
+                node_lines.append(f"{level}\t{index}\t\\\\x{hashed.hex()}\n")
+            stack.append((level, index, hashed))
+        self.seconds += time.perf_counter() - started
+        self.leaves.write(leaf_lines)
+        self.nodes.write(node_lines)
+
+    def close(self) -> dict[str, Stream]:
+        self.leaves.close()
+        self.nodes.close()
+        return {"bz_evidence_leaves": self.leaves, "bz_evidence_nodes": self.nodes}
 
 
 class Stream:
@@ -674,11 +721,12 @@ class ArchiveWriter:
 
     def __init__(self, world: World, plan: Plan):
         self.w, self.plan = world, plan
-        self.events: list[tuple[float, str]] = []
+        self.events: list[tuple[float, str, str, bytes]] = []  # (time, COPY line, leaf ref, leaf hash)
         self.runs: list[str] = []
         self.threads: list[str] = []
         self.messages: list[tuple[float, str]] = []
         self.seq = self.messages_count = self.turns = self.text_bytes = 0
+        self.salts = random.Random(plan.id)  # apart from the world's: the rest stays as it was
         self.last_status: str | None = None
         self.running: str | None = None
         self.updated = plan.created
@@ -697,10 +745,15 @@ class ArchiveWriter:
                  "client_turn_id": turn_id, "kind": kind, **extra}
         digest = sha256_json(event)
         content = extra.get("content")
+        # The message's salt and the event's leaf, as conversation_audit.events.write_batch makes them.
+        salt = None if content is None else self.salts.randbytes(leaves.SALT_BYTES)
+        commitment = None if salt is None else leaves.commitment(salt, content)
+        leaf = merkle.leaf_hash(leaves.event_data(self.plan.id, {**event, "thread_id": thread}, commitment))
         self.events.append((at, row(self.plan.id, str(self.seq), event["event_id"], turn_id, kind,
                                     "\\N" if content is None else esc(content), opt(extra.get("status")),
                                     opt(extra.get("run_id")), opt(extra.get("member_session_id")),
-                                    opt(thread), digest, ts(at))))
+                                    opt(thread), digest, ts(at), bytea(salt)),
+                            leaves.event_ref(self.plan.id, self.seq), leaf))
         self.updated = max(self.updated, at)
 
     def _content(self, text: str) -> str:
@@ -904,6 +957,7 @@ def load_conversations(url: str, world: World, plans: list[Plan], sessions: list
     names = ("bz_agent_conversation_archives", "bz_agent_conversation_members", "bz_agent_conversation_events",
              "bz_threads", "bz_runs", "bz_messages")
     streams = {name: Stream(url, name) for name in names}
+    evidence = EvidenceStream(url)
     live = [s for s in sessions if s.revoked is None]
     unlinked_total = sizes.runs // 10
     unlinked_done, archives_done = 0, 0
@@ -926,7 +980,8 @@ def load_conversations(url: str, world: World, plans: list[Plan], sessions: list
         events.sort(key=lambda item: item[0])   # archives interleave on the heap, as appended
         streams["bz_agent_conversation_archives"].write(headers)
         streams["bz_agent_conversation_members"].write(members)
-        streams["bz_agent_conversation_events"].write([line for _, line in events])
+        streams["bz_agent_conversation_events"].write([line for _, line, _, _ in events])
+        evidence.write([(leaves.EVENT, ref, leaf, at) for at, _, ref, leaf in events])
         streams["bz_threads"].write(threads)
         streams["bz_runs"].write(runs)
         streams["bz_messages"].write(numbered(messages, world.next_message))
@@ -942,7 +997,7 @@ def load_conversations(url: str, world: World, plans: list[Plan], sessions: list
     streams["bz_messages"].write(numbered(messages, world.next_message))
     for stream in streams.values():
         stream.close()
-    return streams
+    return {**streams, **evidence.close()}
 
 
 # ---------------------------------------------------------------- phase: invocations and approvals
@@ -1363,10 +1418,32 @@ CHECKS = {
     "access-log ranges past their transcript": """
         SELECT count(*) FROM bz_access_log l JOIN bz_agent_conversation_archives a ON a.id::text = l.target
          WHERE l.last_sequence > a.last_sequence""",
+    "events without exactly one leaf (by count)": """
+        SELECT abs((SELECT count(*) FROM bz_agent_conversation_events)
+                   - (SELECT count(*) FROM bz_evidence_leaves WHERE kind = 'conversation_event'))""",
+    "evidence leaves not contiguous from 0": """
+        SELECT count(*) - coalesce(max(idx) + 1, 0) FROM bz_evidence_leaves""",
+    "messages without a salt": """
+        SELECT count(*) FROM bz_agent_conversation_events
+         WHERE kind IN ('user_message', 'assistant_message') AND content IS NOT NULL AND content_salt IS NULL""",
     "approvals whose snapshot does not hash to args_hash": """
         SELECT count(*) FROM bz_tool_approvals
          WHERE encode(sha256(convert_to(snapshot, 'UTF8')), 'hex') <> args_hash""",
 }
+
+
+def backfill_others(url: str) -> dict:
+    """The leaves of everything but the events (which the loader gave theirs), appended by the
+    hub's own backfill (`bailing-admin evidence backfill`), as an upgraded hub would get them."""
+    from admin_app.integrity import backfill
+
+    with tempfile.TemporaryDirectory(prefix="bailing-scale-") as scratch:
+        operator = Operator(url, Path(scratch) / "var")
+        try:
+            kinds = tuple(k for k in backfill.WALKS if k != leaves.EVENT)
+            return backfill.run(operator.app.extensions["bailing"].db.session, 10_000, kinds)
+        finally:
+            operator.close()
 
 
 def run_checks(url: str) -> dict[str, int]:
@@ -1614,6 +1691,9 @@ def main(argv: list[str] | None = None) -> dict:
     with clock.phase("keys, indexes, foreign keys"):
         info["rebuild_seconds"] = rebuild(url, dropped, say)
         reset_sequences(url)
+    with clock.phase("evidence: leaves of reads, decisions, admin events, configuration (backfill)"):
+        info["evidence_backfill"] = backfill_others(url)
+        say(json.dumps(info["evidence_backfill"]))
     with clock.phase("analyze"), psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ANALYZE")
     after = schema_of(url)

@@ -131,6 +131,19 @@ CREATE TABLE bz_evidence_checks (
     leaves_checked bigint NOT NULL DEFAULT 0,
     ok             boolean,
     first_bad_leaf bigint,
-    problem        text CHECK (char_length(problem) <= 2000)
+    first_bad_ref  text CHECK (char_length(first_bad_ref) <= 256),
+    problem        text CHECK (char_length(problem) <= 2000),
+    -- A failed pass: when the passes began failing (this one's start, or the failing run's).
+    failing_since  timestamptz
 );
 CREATE INDEX bz_evidence_checks_recent ON bz_evidence_checks (started_at DESC, id DESC);
+
+-- The configuration-change log's retention purge removes rows whose leaves stay: each purge
+-- records the id ranges it removed here, committed by a leaf of its own (config_removal:<purge
+-- entry id>), so the verifier answers those rows as removed lawfully, not as tampering.
+CREATE TABLE bz_config_audit_removals (
+    purge_id   bigint PRIMARY KEY,
+    removed_at timestamptz NOT NULL DEFAULT now(),
+    cutoff     timestamptz NOT NULL,
+    ranges     jsonb NOT NULL
+);

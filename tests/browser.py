@@ -31,7 +31,8 @@ CREDIT = {"customer_id": "C-100234", "credit_limit": 20000}
 ADJUST = {"sku": "ABC-1001", "warehouse_id": "WH-BER", "quantity_delta": -150, "reason": "write_off"}
 # Which navigation links and pages each role may see.
 NAV = {"Conversations": "runs:read", "Runs": "runs:read", "Dead letters": "runs:read", "Approvals": "approvals:read",
-       "Access log": "audit:read", "Tasks": "clients:read", "Admins": "admins:manage", "Pause": "system:write"}
+       "Access log": "audit:read", "Records": "audit:read", "Tasks": "clients:read", "Admins": "admins:manage",
+       "Pause": "system:write"}
 ROLES = {
     "admin": {"runs:read", "audit:read", "approvals:read", "approvals:decide", "admins:manage", "clients:read",
               "clients:write", "system:write"},

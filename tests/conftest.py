@@ -283,7 +283,8 @@ def serve(application) -> LiveServer:
 
 
 # The background threads an app of a test's own settings may start (admin_app/__init__.py).
-BACKGROUND_WORKERS = ("bailing.notifications", "bailing.job_callbacks", "bailing.spec_refresh", "bailing.job_reaper")
+BACKGROUND_WORKERS = ("bailing.notifications", "bailing.job_callbacks", "bailing.spec_refresh", "bailing.job_reaper",
+                      "bailing.retention_purge", "bailing.evidence_verifier")
 
 
 @pytest.fixture

@@ -103,9 +103,13 @@ def test_an_admin_role_change_and_disable_are_recorded_without_the_password_hash
     cli_ok(cli("admins", "disable", "bob"))
     found = rows(sql)
     assert [(r["method"], r["path"], r["object_key"], r["diff"]) for r in found] == [
+        ("CREATE", "admins/bob", "bob", [{"path": "username", "before": None, "after": "bob"},
+                                         {"path": "role", "before": None, "after": "support"},
+                                         {"path": "disabled", "before": None, "after": False}]),
         ("ROLE", "admins/bob", "bob", [{"path": "role", "before": "support", "after": "auditor"}]),
         ("DISABLE", "admins/bob", "bob", [{"path": "disabled", "before": False, "after": True}])]
-    assert found[0]["after_hash"] == sha256_json({"username": "bob", "role": "auditor", "disabled": False})
+    assert found[0]["before_hash"] is None and found[0]["after_hash"] == found[1]["before_hash"]
+    assert found[1]["after_hash"] == sha256_json({"username": "bob", "role": "auditor", "disabled": False})
     [(password_hash,)] = sql("SELECT password_hash FROM bz_admins WHERE username = 'bob'")
     assert password_hash not in json.dumps(sql("SELECT * FROM bz_config_audit"), default=str)
 
@@ -131,6 +135,7 @@ def test_token_issues_are_recorded_without_any_token_material(cli, sql, tmp_path
         ("ISSUE", "clients/crm-demo/token", "client_token", True, False),
         ("ROTATE", "clients/crm-demo/token", "client_token", False, False),
         ("REVOKE", "clients/crm-demo/token", "client_token", False, True),
+        ("CREATE", "admins/ada", "admin", True, False),
         ("POST", "executor-tokens", "executor_token", True, False)]
     assert [d["path"] for d in found[1]["diff"]] == ["token_issued_at"]
     everything = json.dumps(sql("SELECT * FROM bz_config_audit"), default=str)
@@ -145,7 +150,8 @@ def test_the_listing_adds_what_changed_as_extra_keys(cli, sql, server):
     cli_ok(cli("pause", "--reason", "maintenance"))
     sql("INSERT INTO bz_config_audit (event, actor, method, path) VALUES ('config_change', 'ada', 'PUT', 'x')")
     items = server.get("/admin/api/config-audit", headers=admin).json()
-    plain, paused = items
+    plain, paused, created = items
+    assert (created["object_kind"], created["method"]) == ("admin", "CREATE")  # the admin's account
     assert plain == {"ts": plain["ts"], "by": "ada", "method": "PUT", "path": "x"}  # Core's shape
     assert set(paused) == {"ts", "by", "method", "path", "event", "object_kind", "object_key",
                            "after_hash", "before_hash", "diff"}
@@ -196,6 +202,7 @@ def test_the_console_page_is_forbidden_without_audit_read(server, cli, sql):
 
 def test_the_console_page_pages_newest_first(server, cli, sql):
     make_admin(cli, "aud", "auditor")
+    sql("UPDATE bz_config_audit SET ts = ts - interval '1 day'")  # the account's creation: last
     sql("INSERT INTO bz_config_audit (ts, event, actor, method, path) SELECT now() - i * interval '1 second', "
         "'config_change', 'ada', 'PUT', 'item/' || i FROM generate_series(1, 60) i")
     browser = signed_in(server.url, "aud")

@@ -618,6 +618,7 @@ def test_every_console_page_runs_under_a_strict_csp_without_violations_or_errors
         (f"/console/approvals/{merge['id']}", "Approval: customer_merge"),
         ("/console/approvals/history", "Decided approvals"),
         ("/console/access-log", "Access log"),
+        ("/console/records/", "Records"),
         ("/console/admins/", "Admins"),
         (f"/console/admins/{username}", username),
         ("/console/account", "Your account"),

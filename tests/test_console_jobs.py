@@ -318,7 +318,8 @@ def test_an_admin_issues_rotates_and_revokes_an_executor_token_shown_once(admin,
     revoked = admin.post("/console/executors/tokens/night-runner/revoke", data={"csrf_token": token})
     assert revoked.status_code == 303 and sql("SELECT count(*) FROM bz_executor_tokens") == [(0,)]
     # Each change is in the configuration-change log, as the same change through the admin API.
-    assert sql("SELECT actor, method, path FROM bz_config_audit ORDER BY id") == [
+    assert sql("SELECT actor, method, path FROM bz_config_audit WHERE object_kind IS DISTINCT FROM 'admin' "
+               "ORDER BY id") == [
         ("ada", "POST", "executor-tokens"), ("ada", "POST", "executor-tokens"),
         ("ada", "DELETE", "executor-tokens/night-runner")]
 

@@ -227,6 +227,24 @@ def test_the_api_refusals_write_nothing(app, world, sql):
     assert row_counts(sql, *TABLES) == before
 
 
+def test_no_head_is_signed_over_a_log_changed_or_shortened_behind_the_latest_head(app, world, sql):
+    hub, admin = world["hub"], world["admin"]
+    append(app, 5)
+    assert assert_ok(hub.post(f"{API}/heads", headers=admin))["tree_size"] == 5
+    append(app, 2, start=5)
+    node = sql("SELECT hash FROM bz_evidence_nodes WHERE level = 0 AND idx = 4")[0][0]
+    sql("UPDATE bz_evidence_nodes SET hash = %s WHERE level = 0 AND idx = 4", (b"\x01" * 32,))
+    before = row_counts(sql, *TABLES)
+    body = assert_error(hub.post(f"{API}/heads", headers=admin), 409, "evidence_inconsistent")
+    assert "size 5" in body["message"]
+    assert row_counts(sql, *TABLES) == before
+    sql("UPDATE bz_evidence_nodes SET hash = %s WHERE level = 0 AND idx = 4", (node,))
+    assert assert_ok(hub.post(f"{API}/heads", headers=admin))["tree_size"] == 7
+    sql("DELETE FROM bz_evidence_leaves WHERE idx >= 6")  # the tail after the latest head
+    assert_error(hub.post(f"{API}/heads", headers=admin), 409, "evidence_inconsistent")
+    assert sql("SELECT max(tree_size) FROM bz_evidence_heads") == [(7,)]
+
+
 # ---------------------------------------------------------------- tampering and `evidence check`
 
 def _restore(sql, rows) -> None:

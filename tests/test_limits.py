@@ -211,6 +211,16 @@ TIED: dict[str, list[str]] = {
     "APPROVALS_OFFSET_MAX": [f"{A}#/paths/~1tool-approvals/get/parameters/2/schema/maximum"],
     "APPROVAL_REASON_MAX": [f"{A}#{S}Decision/properties/reason/maxLength"],
     "CONFIG_AUDIT_LIMIT[2]": [f"{A}#/paths/~1config-audit/get/parameters/0/description"],
+    # ------------------------------------------------------------ retention, holds, erasure
+    "RETENTION_KEEP_DAYS[1]": [f"{A}#{S}RetentionPolicy/properties/keep_days/maximum",
+                               f"{A}#{S}RetentionPolicyWrite/properties/keep_days/maximum"],
+    "RETENTION_REASON_MAX": [f"{A}#{S}LegalHoldPlace/properties/reason/maxLength",
+                             f"{A}#{S}LegalHoldRelease/properties/reason/maxLength",
+                             f"{A}#{S}ErasureRequestWrite/properties/reason/maxLength"],
+    "LEGAL_HOLD_VALUE_MAX": [f"{A}#{S}LegalHoldPlace/properties/value/maxLength",
+                             f"{A}#{S}ErasureRequestWrite/properties/principal_id/maxLength"],
+    "RETENTION_LIST_LIMIT[2]": [f"{A}#/paths/~1{p}/get/parameters/0/description"
+                                for p in ("retention~1runs", "legal-holds", "erasure-requests")],
     # ------------------------------------------------------------ task control
     "TASK_MAX_MEMBERS": [
         "admin-api.json#/components/schemas/AgentTask/properties/member_count/maximum",

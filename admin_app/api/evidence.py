@@ -8,8 +8,9 @@ import re
 from flask import Blueprint, current_app, g, jsonify, request
 
 from .. import surfaces
-from ..errors import invalid_field
+from ..errors import ApiError, invalid_field
 from ..evidence import heads, proofs
+from ..integrity import verifier
 from ..validation import SAFE_INTEGER_MAX
 from .auth import admin_permission_required
 
@@ -52,6 +53,16 @@ def head(tree_size: str):
 @admin_permission_required("system:write")
 def make_head():
     return jsonify(heads.make_head(g.db, current_app.extensions["bailing"].settings.data_dir))
+
+
+@bp.get("/checks/latest")
+@admin_permission_required("audit:read")
+def latest_check():
+    """The background verifier's latest finished pass (integrity.verifier)."""
+    found = verifier.latest(g.db)
+    if found is None:
+        raise ApiError("evidence_not_found", "No verifier pass has finished yet.")
+    return jsonify(found)
 
 
 @bp.get("/keys")

@@ -31,6 +31,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "executor_token": ("name", "allowed_targets", "enabled", "description", "token_issued_at"),
     "admin": ("username", "role", "disabled"),
     "hub_pause": ("paused", "reason"),
+    # Retention (admin_app/retention): what a policy keeps, a hold and its release, an erasure.
+    "retention_policy": ("client_app_id", "route_key", "keep_days"),
+    "legal_hold": ("scope", "value", "reason", "released", "released_by", "release_reason"),
+    "erasure_request": ("principal_id", "reason", "state", "redacted", "archives"),
 }
 # Fields kept as the SHA-256 of their canonical JSON: a whole OpenAPI document is no diff to read.
 DIGESTED = frozenset({("tool_provider", "openapi")})
@@ -136,3 +140,18 @@ def leaf_data(row: Mapping[str, Any]) -> bytes:
         "before_hash": row.get("before_hash"), "after_hash": row.get("after_hash"),
         "diff_hash": None if record_diff is None else sha256_json(record_diff),
     }).encode("utf-8")
+
+
+REMOVAL_KIND = "config_removal"  # the purge's record of what it removed (bz_config_audit_removals)
+
+
+def removal_ref(purge_id: int) -> str:
+    return f"{REMOVAL_KIND}:{int(purge_id)}"
+
+
+def removal_data(purge_id: int, cutoff: Any, ranges: list[list[int]]) -> bytes:
+    """What a purge's removal leaf commits to: its own entry's id, its cutoff and the id ranges
+    [first, last] it deleted, so a row in them is known to be gone lawfully."""
+    moment = cutoff if isinstance(cutoff, str) else cutoff.astimezone(UTC).isoformat(timespec="microseconds")
+    return canonical_json({"kind": REMOVAL_KIND, "purge_id": int(purge_id), "cutoff": moment,
+                           "ranges": [[int(lo), int(hi)] for lo, hi in ranges]}).encode("utf-8")

@@ -7,12 +7,12 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import CursorResult, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from ..canonical import iso, utc_now
 from ..evidence.log import append_leaf
-from .changes import diff, leaf_data, settings_hash
+from .changes import REMOVAL_KIND, diff, leaf_data, removal_data, removal_ref, settings_hash
 
 CHANGE, PRUNED = "config_change", "audit_retention_pruned"
 # Beyond Core (§G.1 leaves them out): the hub's pause and resume, migration 083.
@@ -156,14 +156,32 @@ def prune(db: Session, days: float, now: datetime | None = None) -> dict[str, An
     cutoff = cutoff_for(days, now)
     if cutoff is None or not installed(db):
         return {"retention_days": days, "cutoff": None, "deleted": 0}
-    result = db.execute(text("DELETE FROM bz_config_audit WHERE ts < :cutoff"), {"cutoff": cutoff})
-    assert isinstance(result, CursorResult)  # a DELETE's result, which counts its rows
-    deleted = result.rowcount
+    ranges = [[lo, hi] for lo, hi, _ in db.execute(_PURGE, {"cutoff": cutoff})]
+    deleted = sum(hi - lo + 1 for lo, hi in ranges)  # each range is ids that all went
     report = {"retention_days": days, "cutoff": iso(cutoff), "deleted": deleted}
     if deleted:
-        _insert(db, {"e": PRUNED, "by": RETENTION_BY, "m": PRUNE_METHOD, "p": PRUNE_PATH,
-                     "detail": json.dumps(report)})
+        entry = _insert(db, {"e": PRUNED, "by": RETENTION_BY, "m": PRUNE_METHOD, "p": PRUNE_PATH,
+                             "detail": json.dumps(report)})
+        if entry is not None:
+            _record_removal(db, entry["id"], cutoff, ranges)
     return report
+
+
+# The rows older than the cutoff, deleted; answered as ranges of consecutive ids (gaps and islands).
+_PURGE = text("WITH gone AS (DELETE FROM bz_config_audit WHERE ts < :cutoff RETURNING id), "
+              "islands AS (SELECT id, id - row_number() OVER (ORDER BY id) AS island FROM gone) "
+              "SELECT min(id), max(id), count(*) FROM islands GROUP BY island ORDER BY 1")
+
+
+def _record_removal(db: Session, purge_id: int, cutoff: datetime, ranges: list[list[int]]) -> None:
+    """What the purge removed, under a leaf of its own (changes.removal_data), so the verifier
+    tells these rows from ones removed behind the log's back (evidence_rows.evidence_of)."""
+    if not db.scalar(text("SELECT to_regclass('bz_config_audit_removals') IS NOT NULL")):
+        return
+    db.execute(text("INSERT INTO bz_config_audit_removals (purge_id, cutoff, ranges) "
+                    "VALUES (:id, :cutoff, CAST(:ranges AS jsonb))"),
+               {"id": purge_id, "cutoff": cutoff, "ranges": json.dumps(ranges)})
+    append_leaf(db, REMOVAL_KIND, removal_ref(purge_id), removal_data(purge_id, cutoff, ranges))
 
 
 def newest(db: Session, after: tuple[datetime, int] | None, limit: int) -> tuple[list[dict[str, Any]], tuple | None]:

@@ -38,7 +38,13 @@ def init_app(app: Flask) -> None:
     from . import config_changes  # the configuration-change log (issue 33)
 
     app.register_blueprint(config_changes.bp)
+    from . import retention  # retention policies, legal holds, erasure requests (issue 33)
+
+    retention.init_app(app)
     pause.init_app(app)  # the control, and the banner on every page while paused
+    from . import evidence  # the verifier's banner, and a transcript's Verify (issue 33)
+
+    evidence.init_app(app)
 
 
 def display_time(value: str, precise: bool = False) -> str:

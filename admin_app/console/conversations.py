@@ -10,11 +10,14 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from flask import Blueprint, Response, abort, render_template, request, stream_with_context, url_for
+from flask import (Blueprint, Response, abort, current_app, render_template, request, stream_with_context,
+                   url_for)
 
 from .. import limits
 from ..conversation_audit.archives import header_view
 from ..conversation_audit.availability import probe
+from ..conversation_audit.evidence_rows import export_page
+from ..integrity import transcript_proofs
 from ..reads import archives
 from ..reads import search as finder
 from . import text
@@ -349,16 +352,25 @@ def search(archive_id: str):
 @bp.get("/<archive_id>/export.json")
 @permission_required("runs:read")
 def export(archive_id: str):
-    """The whole transcript as JSON, streamed page by page so an archive of any size fits."""
-    with database().session() as db:
+    """The whole transcript as JSON, streamed page by page so an archive of any size fits, with the
+    evidence that lets `bailing-admin audit verify` check it offline (integrity.transcript_proofs):
+    the export's own read is recorded first, so it is among the reads it states."""
+    hub_db = database()
+    with hub_db.session() as db:
         available = probe(db)
         if not available.archives:
             return _unavailable()
         header = _archive(db, archive_id)
         members = archives.member_views(db, header.id, available, confirmed_at=True)
         record_read(db, "transcript_export", str(header.id), sequences=_whole(header))
+    with hub_db.session() as db:
+        def last() -> int:
+            nonlocal header
+            header = _archive(db, archive_id)
+            return header.last_sequence
+
+        proofs = transcript_proofs.build(db, current_app.extensions["bailing"].settings.data_dir, header.id, last)
     conversation = header_view(header)
-    hub_db = database()
 
     def generate():
         yield '{"schema":"bailing.agent-conversation-audit-export.v1","conversation":'
@@ -367,14 +379,20 @@ def export(archive_id: str):
         after, first = 0, True
         while True:
             with hub_db.session() as db:
-                rows, more = archives.event_page(db, header.id, after, 1000, header.last_sequence)
+                rows, more = export_page(db, header.id, after, 1000, proofs.last_sequence)
             for row in rows:
-                yield ("" if first else ",") + json.dumps(archives.event_view(row), ensure_ascii=False)
+                view = archives.event_view(row)
+                view["evidence"], redaction = transcript_proofs.event_evidence(proofs, row)
+                if redaction is not None:
+                    view["redaction"] = redaction
+                yield ("" if first else ",") + json.dumps(view, ensure_ascii=False)
                 first = False
             if not more:
                 break
             after = rows[-1].sequence
-        yield "]}"
+        yield '],"evidence":'
+        yield from transcript_proofs.evidence_json(proofs)
+        yield "}"
 
     response = Response(stream_with_context(generate()), mimetype="application/json")
     response.headers["Content-Disposition"] = f'attachment; filename="conversation-{header.id}.json"'

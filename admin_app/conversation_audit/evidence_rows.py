@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY, INTEGER, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, INTEGER, UUID
 from sqlalchemy.orm import Session
 
 from ..evidence import leaves
@@ -32,7 +32,7 @@ _REDACTIONS = text("""
     bindparam("archives", type_=ARRAY(UUID(as_uuid=True))), bindparam("sequences", type_=ARRAY(INTEGER)))
 
 
-def _places(refs: list[str]) -> dict[str, list]:
+def _places(refs: list[str]) -> dict[str, list[Any]]:
     archives, sequences = [], []
     for ref in refs:
         _, archive, sequence = ref.split(":")
@@ -41,7 +41,7 @@ def _places(refs: list[str]) -> dict[str, list]:
     return {"archives": archives, "sequences": sequences}
 
 
-def event_evidence(row: Mapping[str, Any]) -> bytes | str:
+def event_evidence(row: Mapping[Any, Any]) -> bytes | str:
     """One stored event (with its redaction's columns, if any) as its leaf's data; or what makes it
     unverifiable."""
     commitment = None
@@ -69,3 +69,52 @@ def redactions_of(db: Session, refs: list[str]) -> dict[str, bytes | str]:
     """redaction:<archive>:<sequence> -> the leaf data of that redaction as stored."""
     rows = db.execute(_REDACTIONS, _places(refs)).mappings()
     return {leaves.redaction_ref(r["archive_id"], r["sequence"]): leaves.redaction_data(r) for r in rows}
+
+
+_GIVE_SALTS = text("""
+    UPDATE bz_agent_conversation_events e SET content_salt = t.salt
+      FROM unnest(:archives, :sequences, :salts) AS t(archive_id, sequence, salt)
+     WHERE e.archive_id = t.archive_id AND e.sequence = t.sequence
+       AND e.kind IN ('user_message', 'assistant_message')
+       AND e.content IS NOT NULL AND e.content_salt IS NULL""").bindparams(
+    bindparam("archives", type_=ARRAY(UUID(as_uuid=True))), bindparam("sequences", type_=ARRAY(INTEGER)),
+    bindparam("salts", type_=ARRAY(BYTEA)))
+
+
+def give_salts(db: Session, refs: list[str]) -> int:
+    """A new salt for each message of `refs` (event refs) that has text and none (one stored before
+    085), so that its leaf can commit to it; how many were given."""
+    places = _places(refs)
+    result = db.execute(_GIVE_SALTS, {**places, "salts": [leaves.new_salt() for _ in refs]})
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+_EXPORT_PAGE = text("""
+    SELECT e.sequence, e.event_id, e.client_turn_id, e.kind, e.content, e.status, e.run_id, e.member_session_id,
+           e.thread_id, e.created_at, e.content_salt,
+           r.commitment, r.redacted_at, r.basis, r.basis_ref, r.actor
+      FROM bz_agent_conversation_events e
+      LEFT JOIN bz_evidence_redactions r ON r.archive_id = e.archive_id AND r.sequence = e.sequence
+     WHERE e.archive_id = :id AND e.sequence > :after AND e.sequence <= :upto
+     ORDER BY e.sequence LIMIT :limit""")
+
+
+def export_page(db: Session, archive_id: uuid.UUID, after: int, limit: int, upto: int) -> tuple[list[Any], bool]:
+    """A page of events as an export shows them (the columns of reads.archives.event_page), each
+    with what recomputes its leaf: the message's salt, or its redaction's commitment and record."""
+    rows = list(db.execute(_EXPORT_PAGE, {"id": archive_id, "after": after, "upto": upto, "limit": limit + 1}))
+    return rows[:limit], len(rows) > limit
+
+
+_UNLEAVED = text("""
+    SELECT min(e.sequence) FROM bz_agent_conversation_events e
+     WHERE e.archive_id = :id AND NOT EXISTS (
+           SELECT 1 FROM bz_evidence_leaves l
+            WHERE l.ref = 'event:' || e.archive_id::text || ':' || e.sequence::text)""")
+
+
+def first_event_without_leaf(db: Session, archive_id: uuid.UUID) -> int | None:
+    """The first sequence of the archive whose event has no leaf (one added behind the log's
+    back, or stored before the log and not backfilled); None when every event has one."""
+    found = db.scalar(_UNLEAVED, {"id": archive_id})
+    return None if found is None else int(found)

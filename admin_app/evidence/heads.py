@@ -147,6 +147,7 @@ def make_head(db: Session, data_dir: Path) -> dict[str, Any]:
     existing = db.execute(text(_HEAD + "WHERE tree_size = :n"), {"n": tree_size}).first()
     if existing is not None:
         return _row_to_head(existing)
+    _check_extends_latest(db, tree_size)
     private = signing_key(data_dir)
     key_id = _register(db, public_bytes(private))
     root = log.root_at(db, tree_size)
@@ -158,6 +159,23 @@ def make_head(db: Session, data_dir: Path) -> dict[str, Any]:
                {"n": tree_size, "r": root, "t": datetime.fromisoformat(signed_at), "k": key_id, "s": signature})
     return {"format": FORMAT, "tree_size": tree_size, "root_hash": b64(root), "signed_at": signed_at,
             "key_id": key_id, "signature": b64(signature)}
+
+
+def _check_extends_latest(db: Session, tree_size: int) -> None:
+    """Never sign a tree that does not extend the latest signed one: the log must be at least as
+    large, and the stored subtrees must still give the root that head signed (O(log n) reads).
+    Otherwise the hub would put its signature on history changed behind its back."""
+    latest = latest_head(db)
+    if latest is None:
+        return
+    size, signed_root = latest["tree_size"], unb64(latest["root_hash"], "root_hash", merkle.HASH_SIZE)
+    try:
+        intact = size <= tree_size and log.root_at(db, size) == signed_root
+    except LookupError:
+        intact = False
+    if not intact:
+        raise ApiError("evidence_inconsistent", f"The evidence log no longer extends its signed head of size {size}: "
+                       "no new head is signed. Run `bailing-admin evidence check` to find the first bad leaf.")
 
 
 def make_head_if_grown(db: Session, data_dir: Path) -> dict[str, Any] | None:

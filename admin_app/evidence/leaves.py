@@ -23,9 +23,12 @@ from ..canonical import canonical_json
 EVENT, REDACTION = "conversation_event", "redaction"
 ACCESS, ADMIN_EVENT, DECISION = "access_read", "admin_event", "approval_decision"
 SALT_BYTES = 16
+# What a loader of rows (integrity.covered) answers for a row removed lawfully (a retention purge
+# that recorded, under a leaf of its own, what it removed): not a mismatch.
+LAWFULLY_REMOVED = "removed lawfully"
 
 
-def data(kind: str, fields: Mapping[str, Any]) -> bytes:
+def data(kind: str, fields: Mapping[Any, Any]) -> bytes:
     return canonical_json({"kind": kind, **fields}).encode("utf-8")
 
 
@@ -63,7 +66,7 @@ def event_prefix(archive_id: Any) -> str:
     return f"event:{archive_id}:"
 
 
-def event_data(archive_id: Any, event: Mapping[str, Any], content_commitment: bytes | None) -> bytes:
+def event_data(archive_id: Any, event: Mapping[Any, Any], content_commitment: bytes | None) -> bytes:
     """`event` as stored: sequence, event_id, client_turn_id, kind, status, run_id,
     member_session_id, thread_id (absent is null); the commitment to its text, if it has one."""
     return data(EVENT, {
@@ -79,7 +82,11 @@ def redaction_ref(archive_id: Any, sequence: int) -> str:
     return f"redaction:{archive_id}:{int(sequence)}"
 
 
-def redaction_data(row: Mapping[str, Any]) -> bytes:
+def redaction_prefix(archive_id: Any) -> str:
+    return f"redaction:{archive_id}:"
+
+
+def redaction_data(row: Mapping[Any, Any]) -> bytes:
     """A message's text removed: which, the commitment its event's leaf holds, when, under what and
     by whom (a bz_evidence_redactions row)."""
     return data(REDACTION, {
@@ -106,7 +113,7 @@ def access_prefix(target: Any) -> str:
     return f"access:{target}:"
 
 
-def access_data(row: Mapping[str, Any]) -> bytes:
+def access_data(row: Mapping[Any, Any]) -> bytes:
     """One bz_access_log row: who read what, when, through which door, which part."""
     return data(ACCESS, {
         "id": int(row["id"]), "admin_id": _text(row["admin_id"]), "username": row["username"],
@@ -120,7 +127,7 @@ def admin_event_ref(row_id: int) -> str:
     return f"admin_event:{int(row_id)}"
 
 
-def admin_event_data(row: Mapping[str, Any]) -> bytes:
+def admin_event_data(row: Mapping[Any, Any]) -> bytes:
     """One bz_admin_events row (an admin account's change, a pause, a resume)."""
     return data(ADMIN_EVENT, {
         "id": int(row["id"]), "actor_admin_id": _text(row.get("actor_admin_id")), "actor": row["actor"],
@@ -133,7 +140,7 @@ def decision_ref(approval_id: Any) -> str:
     return f"approval:{approval_id}"
 
 
-def decision_data(row: Mapping[str, Any]) -> bytes:
+def decision_data(row: Mapping[Any, Any]) -> bytes:
     """An approval's decision as stored: which approval of which snapshot, the decision, who, when,
     why, through which door and credential."""
     return data(DECISION, {

@@ -8,6 +8,7 @@ hashes gives one (`ListSubtrees`); the log's storage gives another, from the nod
 keeps as leaves arrive, so a proof reads O(log n) rows, never every leaf."""
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Callable, Sequence
 
@@ -214,3 +215,55 @@ def needed_subtrees(make: Callable[[Subtrees], object]) -> list[tuple[int, int]]
 
     make(record)
     return list(dict.fromkeys(seen))
+
+
+def multi_proof_subtrees(indexes: Sequence[int], size: int) -> list[tuple[int, int]]:
+    """The complete subtrees (level, index) that, with the leaf hashes at `indexes` (ascending,
+    distinct, below `size`), recompute the root of `size` leaves: where a part of the tree holds
+    none of those leaves, the subtrees range_hash reads for it; elsewhere the part is split as
+    range_hash splits it. The compact proof of many leaves at once (each shared node once)."""
+    out: list[tuple[int, int]] = []
+
+    def record(level: int, index: int) -> bytes:
+        out.append((level, index))
+        return EMPTY_ROOT
+
+    def cover(lo: int, hi: int, first: int, last: int) -> None:  # indexes[first:last] lie in [lo, hi)
+        if first == last:
+            range_hash(record, lo, hi)
+        elif hi - lo > 1:
+            k = split(hi - lo)
+            middle = bisect.bisect_left(indexes, lo + k, first, last)
+            cover(lo, lo + k, first, middle)
+            cover(lo + k, hi, middle, last)
+
+    if size:
+        cover(0, size, 0, len(indexes))
+    return out
+
+
+def root_from_multi_proof(size: int, leaves: dict[int, bytes], nodes: dict[tuple[int, int], bytes]) -> bytes:
+    """The root of `size` leaves from some leaf hashes (index -> hash) and the subtrees of their
+    multi_proof_subtrees; ProofError when a part of the tree is covered by neither, or when a
+    given subtree would hide a given leaf (it could stand for any leaf hash)."""
+    if size and leaves and max(leaves) >= size:
+        raise ProofError(f"leaf {max(leaves)} is not in a tree of {size} leaves")
+    stated = sorted(leaves)
+    for level, index in nodes:
+        lo = index << level
+        at = bisect.bisect_left(stated, lo)
+        if at < len(stated) and stated[at] < lo + (1 << level):
+            raise ProofError(f"the proof's subtree ({level}, {index}) covers stated leaf {stated[at]}")
+
+    def subtree(level: int, index: int) -> bytes:
+        found = nodes.get((level, index))
+        if found is not None:
+            return found
+        if level == 0:
+            found = leaves.get(index)
+            if found is None:
+                raise ProofError(f"the proof does not cover leaf {index}")
+            return found
+        return node_hash(subtree(level - 1, 2 * index), subtree(level - 1, 2 * index + 1))
+
+    return range_hash(subtree, 0, size)

@@ -64,19 +64,49 @@ def verify_bundle(bundle: object, public_keys: list[bytes]) -> str:
         raise BundleError(str(err)) from None
 
 
-def _descend(leaves: ListSubtrees, nodes: dict[tuple[int, int], bytes], lo: int, hi: int,
-             trusted: bytes) -> tuple[int, str]:
-    """The first leaf in [lo, hi) whose row differs from what the trusted hash commits to."""
+# Leaves read per query: a power of two, so that each full chunk is a complete subtree whose hash
+# is kept (levels at and above CHUNK_LEVEL) while streaming; below it, a chunk is read again only
+# when a descent reaches it. Memory: about 2 * size / CHUNK hashes, whatever the log's size.
+CHUNK_LEVEL = 12
+CHUNK = 1 << CHUNK_LEVEL
 
-    def stored(level: int, index: int) -> bytes:
-        return nodes[(level, index)]
 
+class _LeafSubtrees:
+    """Subtrees of the stored leaf rows (merkle.Subtrees): the high levels from `high`, filled by
+    `check` as it streams; the low ones from the chunk that holds them, read on demand."""
+
+    def __init__(self, db: Session) -> None:
+        self.db = db
+        self.high: dict[tuple[int, int], bytes] = {}
+        self._chunk: tuple[int, ListSubtrees] | None = None
+
+    def add_chunk(self, number: int, hashes: list[bytes]) -> None:
+        level, index = CHUNK_LEVEL, number
+        self.high[(level, index)] = ListSubtrees(hashes)(CHUNK_LEVEL, 0)
+        while index & 1:
+            self.high[(level + 1, index >> 1)] = merkle.node_hash(self.high[(level, index - 1)],
+                                                                  self.high[(level, index)])
+            level, index = level + 1, index >> 1
+
+    def __call__(self, level: int, index: int) -> bytes:
+        if level >= CHUNK_LEVEL:
+            return self.high[(level, index)]
+        start = (index << level) >> CHUNK_LEVEL << CHUNK_LEVEL
+        if self._chunk is None or self._chunk[0] != start:
+            self._chunk = (start, ListSubtrees([h for _, h in log.leaf_hashes(self.db, start, CHUNK)]))
+        return self._chunk[1](level, index - (start >> level))
+
+
+def _descend(db: Session, leaves: _LeafSubtrees, lo: int, hi: int, trusted: bytes) -> tuple[int, str]:
+    """The first leaf in [lo, hi) whose row differs from what the trusted hash commits to: the
+    stored subtree hashes of each half are read (O(log n) rows a step), accepted only when they
+    hash to the already-trusted parent."""
     while hi - lo > 1:
         k = merkle.split(hi - lo)
         try:
-            left = merkle.range_hash(stored, lo, lo + k)
-            right = merkle.range_hash(stored, lo + k, hi)
-        except KeyError:
+            left, right = log.stored(db, lambda s, lo=lo, k=k, hi=hi: (merkle.range_hash(s, lo, lo + k),
+                                                                       merkle.range_hash(s, lo + k, hi)))
+        except LookupError:
             return lo, f"a leaf in {lo}..{hi - 1} does not verify (the stored subtree hashes are incomplete)"
         if merkle.node_hash(left, right) != trusted:
             return lo, f"a leaf in {lo}..{hi - 1} does not verify (the stored subtree hashes were changed too)"
@@ -89,9 +119,9 @@ def _descend(leaves: ListSubtrees, nodes: dict[tuple[int, int], bytes], lo: int,
 
 def check(db: Session) -> dict[str, Any]:
     """Every stored leaf against the latest head: {"ok", "tree_size", "leaves", "first_bad_leaf",
-    "problem"}."""
-    rows = log.all_leaf_hashes(db)
-    report: dict[str, Any] = {"ok": True, "tree_size": None, "leaves": len(rows), "first_bad_leaf": None,
+    "problem"}. The leaf rows are read in chunks of CHUNK, in index order, once (a descent after
+    a mismatch reads about as many again)."""
+    report: dict[str, Any] = {"ok": True, "tree_size": None, "leaves": 0, "first_bad_leaf": None,
                               "problem": None}
 
     def bad(index: int | None, problem: str) -> dict[str, Any]:
@@ -99,24 +129,38 @@ def check(db: Session) -> dict[str, Any]:
         return report
 
     head = heads.latest_head(db)
-    for position, (index, _) in enumerate(rows):
-        if index != position:
-            return bad(position, f"leaf {position} is missing (the next row is leaf {index})")
+    size, root, head_error = None, None, None
+    if head is not None:
+        try:
+            size, root = heads.verify_head(head, heads.stored_public_keys(db))
+        except HeadError as err:
+            head_error = f"the latest head does not verify: {err}"
+    leaves = _LeafSubtrees(db)
+    position = 0
+    while True:
+        rows = log.leaf_hashes(db, position, CHUNK)
+        for offset, (index, _) in enumerate(rows):
+            if index != position + offset:
+                report["leaves"] = position + offset
+                return bad(position + offset, f"leaf {position + offset} is missing (the next row is leaf {index})")
+        if size is not None and len(rows) == CHUNK and position + CHUNK <= size:
+            leaves.add_chunk(position >> CHUNK_LEVEL, [h for _, h in rows])
+        position += len(rows)
+        if len(rows) < CHUNK:
+            break
+    report["leaves"] = position
     if head is None:
         report["problem"] = "no signed head yet: only the leaves' order was checked"
         return report
-    try:
-        size, root = heads.verify_head(head, heads.stored_public_keys(db))
-    except HeadError as err:
-        return bad(None, f"the latest head does not verify: {err}")
+    if head_error is not None or size is None or root is None:
+        return bad(None, head_error or "the latest head does not verify")
     report["tree_size"] = size
-    if len(rows) < size:
-        return bad(len(rows), f"leaf {len(rows)} is missing: the log holds {len(rows)} leaves, "
-                              f"the signed head {size}")
-    leaves = ListSubtrees([h for _, h in rows[:size]])
-    if leaves.root(size) == root:
+    if position < size:
+        return bad(position, f"leaf {position} is missing: the log holds {position} leaves, "
+                             f"the signed head {size}")
+    if merkle.range_hash(leaves, 0, size) == root:
         return report
     if size == 0:
         return bad(None, "the signed head of the empty tree has a wrong root")
-    index, problem = _descend(leaves, log.all_nodes(db), 0, size, root)
+    index, problem = _descend(db, leaves, 0, size, root)
     return bad(index, problem)

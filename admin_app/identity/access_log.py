@@ -7,6 +7,8 @@ transaction rolls back) leaves nothing; each row is a leaf of the evidence log t
 by reads.access_log."""
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
@@ -47,6 +49,14 @@ def evidence_of(db: Session, refs: list[str]) -> dict[str, bytes]:
     rows = db.execute(text("SELECT * FROM bz_access_log WHERE id = ANY(:ids)"),
                       {"ids": ids}).mappings()
     return {leaves.access_ref(row["id"], row["target"]): leaves.access_data(row) for row in rows}
+
+
+def rows_of(db: Session, refs: list[str]) -> dict[str, dict[str, Any]]:
+    """The rows `refs` name, as they stand (for an export to carry beside their leaves); a gone
+    row is absent."""
+    ids = [int(ref.rsplit(":", 1)[1]) for ref in refs]
+    rows = db.execute(text("SELECT * FROM bz_access_log WHERE id = ANY(:ids) ORDER BY id"), {"ids": ids}).mappings()
+    return {leaves.access_ref(row["id"], row["target"]): dict(row) for row in rows}
 
 
 def record_console_read(db: Session, admin_id: int, username: str, action: str, target: str,

@@ -147,7 +147,10 @@ def create_admin(db: Session, username: str, role: str, password: str, actor: Ac
     admin = Admin(username=username, role=role, password_hash=hash_password(password), disabled=False)
     db.add(admin)
     db.flush()
-    record(db, actor or operator(), "admin_created", admin, role=role)
+    who = actor or operator()
+    record(db, who, "admin_created", admin, role=role)
+    # A new account is a configuration change as a role change is (issue 33): created, from nothing.
+    record_object(db, who.name, "CREATE", f"admins/{username}", "admin", username, None, snapshot("admin", admin))
     return {"username": username, "role": role, "permissions": sorted(permissions_of(role))}
 
 

@@ -170,6 +170,36 @@ def _paused(conn: psycopg.Connection[Any]) -> bool:
     return bool(found and found[0])
 
 
+# The evidence verifier's latest finished pass (integrity.verifier owns the table): one read of
+# its index bz_evidence_checks_recent.
+_EVIDENCE_CHECK_SQL = ("SELECT ok, leaves_checked, extract(epoch FROM finished_at) FROM bz_evidence_checks "
+                       "WHERE finished_at IS NOT NULL ORDER BY started_at DESC, id DESC LIMIT 1")
+
+
+def _evidence_check(conn: psycopg.Connection[Any]) -> tuple[bool, int, float] | None:
+    """(ok, leaves checked, finished at) of the latest verifier pass; None before any, or before
+    `db upgrade` made the table."""
+    import psycopg
+
+    try:
+        found = conn.execute(_EVIDENCE_CHECK_SQL).fetchone()
+    except psycopg.errors.UndefinedTable:
+        return None
+    return None if found is None else (bool(found[0]), int(found[1]), float(found[2]))
+
+
+def _evidence_gauges(check: tuple[bool, int, float] | None) -> Iterator[Metric]:
+    yield GaugeMetricFamily("bailing_evidence_mismatch",
+                            "1 when the evidence verifier's latest pass found a leaf that does not verify "
+                            "(the console's banner names it), else 0.",
+                            value=1 if check is not None and not check[0] else 0)
+    if check is not None:
+        yield GaugeMetricFamily("bailing_evidence_leaves_checked",
+                                "Leaves the evidence verifier's latest pass checked.", value=check[1])
+        yield GaugeMetricFamily("bailing_evidence_last_check_timestamp_seconds",
+                                "When the evidence verifier's latest pass finished (Unix time).", value=check[2])
+
+
 class DatabaseCollector:
     """Gauges read from PostgreSQL at scrape time, on a connection of their own (not the pool,
     which may be exhausted by the very load one wants to see) with short timeouts."""
@@ -185,6 +215,7 @@ class DatabaseCollector:
         started = time.monotonic()
         row = None
         paused = False
+        evidence_check = None
         try:
             hub = self.app.extensions["bailing"]
             with psycopg.connect(hub.db.conninfo(), connect_timeout=DB_TIMEOUT_SECONDS,
@@ -192,6 +223,7 @@ class DatabaseCollector:
                 conn.execute(f"SET statement_timeout = {DB_TIMEOUT_SECONDS * 1000}")
                 row = conn.execute(_GAUGES_SQL).fetchone()
                 paused = _paused(conn)
+                evidence_check = _evidence_check(conn)
         except Exception as exc:  # noqa: BLE001 - a scrape reports the outage, it does not fail
             # The class only: a connection error's text can name the server and the user.
             log.warning("metrics: database gauges unavailable (%s)", type(exc).__name__)
@@ -218,6 +250,7 @@ class DatabaseCollector:
                                 "Journal rows in `dispatching`: calls sent and not yet answered "
                                 "(one stuck past its tool timeout: a worker died mid-call).",
                                 value=dispatching)
+        yield from _evidence_gauges(evidence_check)
         yield from _provider_gauges(hub.db.conninfo())
 
 

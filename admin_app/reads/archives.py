@@ -73,11 +73,25 @@ def member_views(db: Session, archive_id: uuid.UUID, available: Availability, *,
     return views
 
 
+# Events with, for a message whose text was removed (retention, erasure), its redaction's record.
+_EVENTS = """
+        SELECT e.sequence, e.event_id, e.client_turn_id, e.kind, e.content, e.status, e.run_id,
+               e.member_session_id, e.thread_id, e.created_at,
+               r.redacted_at, r.basis, r.basis_ref, r.actor
+        FROM bz_agent_conversation_events e
+        LEFT JOIN bz_evidence_redactions r ON r.archive_id = e.archive_id AND r.sequence = e.sequence"""
+
+
 def event_view(row: Any) -> dict[str, Any]:
     view = {"event_id": row.event_id, "sequence": row.sequence, "client_turn_id": row.client_turn_id,
             "kind": row.kind}
     if row.kind in ("user_message", "assistant_message"):
         view["content"] = row.content
+        if getattr(row, "redacted_at", None) is not None:
+            # null content: removed, when, under what (retention run and policy, or erasure
+            # request) and by whom.
+            view["redaction"] = {"redacted_at": iso(row.redacted_at), "basis": row.basis,
+                                 "basis_ref": row.basis_ref, "actor": row.actor}
     elif row.kind == "turn_end":
         view["status"] = row.status
     elif row.kind == "run_link":
@@ -93,12 +107,9 @@ def event_page(db: Session, archive_id: uuid.UUID, after_sequence: int, limit: i
     caller read: each statement sees its own snapshot, and a batch committed after the header was
     read must not show beyond it. (Events are append-only and a batch commits with its header
     update, so everything up to a read header is there.)"""
-    rows = list(db.execute(text("""
-        SELECT sequence, event_id, client_turn_id, kind, content, status, run_id, member_session_id,
-               thread_id, created_at
-        FROM bz_agent_conversation_events
-        WHERE archive_id = :id AND sequence > :after AND sequence <= :upto
-        ORDER BY sequence LIMIT :limit"""),
+    rows = list(db.execute(text(_EVENTS + """
+        WHERE e.archive_id = :id AND e.sequence > :after AND e.sequence <= :upto
+        ORDER BY e.sequence LIMIT :limit"""),
         {"id": archive_id, "after": after_sequence, "limit": limit + 1, "upto": upto}))
     return rows[:limit], len(rows) > limit
 
@@ -107,12 +118,9 @@ def events_before(db: Session, archive_id: uuid.UUID, before_sequence: int, limi
                   upto: int) -> tuple[list[Row[Any]], bool]:
     """The `limit` events just before `before_sequence` (none beyond `upto`), in ascending order,
     and whether earlier ones remain: the same keyset read as event_page, walked backwards."""
-    rows = list(db.execute(text("""
-        SELECT sequence, event_id, client_turn_id, kind, content, status, run_id, member_session_id,
-               thread_id, created_at
-        FROM bz_agent_conversation_events
-        WHERE archive_id = :id AND sequence < :before AND sequence <= :upto
-        ORDER BY sequence DESC LIMIT :limit"""),
+    rows = list(db.execute(text(_EVENTS + """
+        WHERE e.archive_id = :id AND e.sequence < :before AND e.sequence <= :upto
+        ORDER BY e.sequence DESC LIMIT :limit"""),
         {"id": archive_id, "before": before_sequence, "limit": limit + 1, "upto": upto}))
     return rows[:limit][::-1], len(rows) > limit
 
