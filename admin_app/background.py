@@ -7,10 +7,17 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 
+from . import migrations
+from .db import Database
+
 log = logging.getLogger(__name__)
+
+SCHEMA_POLL_FIRST_SECONDS = 0.5  # then doubled up to the worker's own poll
 
 
 @dataclass
@@ -59,3 +66,30 @@ def next_pause(run_pass: Callable[[], object], what: str, pause: float, normal: 
     except Exception:
         log.exception("%s pass failed", what)
     return min(pause * 2, longest)
+
+
+def wait_for_schema(database: Database, sql_dir: Path, stop: threading.Event, what: str,
+                    longest: float) -> bool:
+    """Before a worker's first pass: wait while migrations are pending, as they are while a fresh
+    hub's schema is applied (the demo serves before it migrates), so that a table not there yet is
+    not reported as a failure. Said once at INFO; a database that cannot be asked, or a broken
+    migration folder, is a warning (once). True once nothing is pending; False when stopped.
+    Checked only at the start: a table missing later is a real failure, which `next_pause` reports."""
+    pause, said, warned = min(SCHEMA_POLL_FIRST_SECONDS, longest), False, False
+    while not stop.is_set():
+        try:
+            state = database.reviving(lambda conninfo: migrations.status(conninfo, sql_dir))
+        except (psycopg.Error, migrations.MigrationError) as err:
+            if not warned:
+                log.warning("%s wait: the schema could not be read: %s", what, str(err).splitlines()[0])
+                warned = True
+        else:
+            if not state.pending:
+                return True
+            if not said:
+                log.info("%s wait for the schema: %d migrations pending (bailing-admin db upgrade)",
+                         what, len(state.pending))
+                said = True
+        stop.wait(pause)
+        pause = min(pause * 2, longest)
+    return False

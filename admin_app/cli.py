@@ -4,6 +4,7 @@ Every hub command prints JSON on stdout; a refusal prints a JSON error on stderr
 """
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from typing import Any
@@ -13,8 +14,9 @@ from pathlib import Path
 import click
 from flask import current_app
 from flask.cli import FlaskGroup, with_appcontext
+from flask.cli import run_command as flask_run_command
 
-from . import create_app, error_codes, limits, migrations
+from . import create_app, error_codes, first_run, limits, migrations
 from .errors import ApiError, invalid_request
 from .validation import Invalid, strict_json_loads
 
@@ -65,12 +67,45 @@ def hub_command(func):
     return wrapper
 
 
-# Flask's own --version (Python and Flask versions) gives way to the hub's.
-@click.group(cls=FlaskGroup, create_app=create_app, add_version_option=False)
+class HubGroup(FlaskGroup):
+    """Flask's command group without its generic options: `--app` (the hub always builds its own
+    app), `--env-file` and `.env` files (python-dotenv is no dependency: the BAILING_* settings come
+    from the environment, as a service manager or `set -a; . file` sets them, and a `.env` of
+    whatever folder the command runs in must not change them) and `--debug` (`run --debug` keeps
+    it). Flask's own --version (Python and Flask versions) gives way to the hub's."""
+
+    GENERIC = frozenset({"env_file", "app", "debug"})
+
+    def __init__(self, **extra: Any) -> None:
+        super().__init__(load_dotenv=False, add_version_option=False, **extra)
+        self.params = [param for param in self.params if param.name not in self.GENERIC]
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # FlaskGroup's would read FLASK_APP and FLASK_ENV_FILE before a lone --help.
+        return click.Group.parse_args(self, ctx, args)
+
+
+@click.group(cls=HubGroup, create_app=create_app)
 @click.version_option(package_name="bailing-hub", prog_name="bailing-admin",
                       message="%(prog)s %(version)s")
 def main():
-    """Administer the Bailing hub."""
+    """Administer the Bailing hub. Settings come from BAILING_* environment variables."""
+
+
+# Flask's `run`, said as it is here: werkzeug's development server, to try the hub.
+try_server = copy.copy(flask_run_command)
+try_server.short_help = "Serve the hub to try it (in production: gunicorn)."
+try_server.help = f"""Serve the hub from this process with Flask's development server, to try it on this
+machine (`bailing-admin demo` does the same with demo data). It is not hardened: keep it on
+127.0.0.1 and never expose it. `--debug` adds the reloader and an interactive debugger.
+
+In production serve the hub with gunicorn, as the README's "Production" section does (after
+`bailing-admin init`, with the same BAILING_* environment):
+
+\b
+{first_run.GUNICORN}
+"""
+main.add_command(try_server, "run")
 
 
 # ------------------------------------------------------------------ db
@@ -973,7 +1008,8 @@ def admins_sessions_end(username: str):
 
 @main.group()
 def tasks():
-    """Task control (TASK_CONTROL.md): list, show, create and pause / resume / cancel tasks."""
+    """Task control (docs/operations.md, "Task control"): list, show, create and pause / resume /
+    cancel tasks."""
 
 
 def _task_actor(session, username: str) -> str:

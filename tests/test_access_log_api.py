@@ -159,7 +159,7 @@ def test_console_and_api_reads_share_the_log_and_its_page(world, server, sql):
         (world.root_id, "root", "run_trace_view", world.run, "api", world.token_id)]
     page = browser.get("/console/access-log")
     assert page.status_code == 200
-    assert f"API token #{world.token_id}" in page.text and "<td>console</td>" in page.text
+    assert f"API token #{world.token_id}" in page.text and '<td data-label="Through">console</td>' in page.text
 
 
 def test_the_log_refuses_a_row_whose_channel_and_token_disagree(world, sql):

@@ -78,6 +78,28 @@ def test_a_long_scroll_is_one_group_and_breaks_split_groups(auditor, sql):
     assert shown[0][5] == "—"  # an export names no range
 
 
+def read_at(sql, name: str, target: str, at: str, first: int, last: int) -> None:
+    sql("INSERT INTO bz_access_log (admin_id, username, action, target, channel, at, first_sequence, last_sequence) "
+        "VALUES (%s, %s, 'transcript_view', %s, 'console', %s, %s, %s)",
+        (admin_id(sql, name), name, target, at, first, last))
+
+
+def test_a_group_names_the_ranges_it_read_not_their_span(auditor, sql):
+    """Issue 34 §3: reads of 1-200, 1-200 and 19,801-20,000 are "1-200, 19,801-20,000" (en dashes),
+    not "1-20,000"; ranges that touch or overlap merge; past five ranges the rest are counted."""
+    book, scattered = str(uuid.uuid4()), str(uuid.uuid4())
+    for second, (first, last) in enumerate([(1, 200), (1, 200), (19_801, 20_000), (201, 250), (240, 260)]):
+        read_at(sql, "alice", book, f"2026-11-30 21:00:0{second}+00", first, last)
+    for n in range(8):  # eight ranges apart from each other, and one inside another
+        read_at(sql, "bob", scattered, f"2026-11-30 20:00:0{n}+00", n * 1000 + 1, n * 1000 + 10)
+    read_at(sql, "bob", scattered, "2026-11-30 20:00:09+00", 3, 5)
+    shown = {g[1]: g for g in groups_of(auditor.get(LOG).text)}
+    assert shown["alice"][5] == f"1{DASH}260, 19,801{DASH}20,000" and shown["alice"][6] == "5 reads"
+    assert shown["bob"][5] == (f"1{DASH}10, 1,001{DASH}1,010, 2,001{DASH}2,010, 3,001{DASH}3,010, "
+                               f"4,001{DASH}4,010 and 3 more ranges")
+    assert shown["bob"][6] == "9 reads"
+
+
 def test_groups_page_by_keyset_with_the_filters_kept(auditor, sql):
     for n in range(120):  # 120 groups: each read an hour after the one before
         reads(sql, "alice", str(uuid.uuid4()), 2, start=f"2026-11-{1 + n // 24:02d} {n % 24:02d}:00:00+00")
@@ -143,11 +165,11 @@ def test_a_group_opens_to_its_individual_reads(auditor, sql):
     link = unescape(re.findall(r'href="(/console/access-log/group/[^"]+)"', page.text)[1])
     first = auditor.get(link)
     assert first.status_code == 200
-    rows = re.findall(r"<tr><td><time", first.text)
+    rows = re.findall(r'<tr><td data-label="When"><time', first.text)
     assert len(rows) == 100
     more = unescape(re.search(r'hx-get="([^"]+)"', first.text).group(1))
     rest = auditor.get(more, headers={"HX-Request": "true"})
-    assert len(re.findall(r"<tr><td><time", rest.text)) == 50
+    assert len(re.findall(r'<tr><td data-label="When"><time', rest.text)) == 50
     assert "hx-get" not in rest.text
     assert auditor.get("/console/access-log/group/999999999").status_code == 404
 

@@ -325,7 +325,7 @@ def test_the_stored_summary_reads_key_by_key_with_a_long_text_by_its_first_line(
     for name, out in asked.items():
         item = queue.server.get(f"/admin/api/tool-approvals/{out['approval']['id']}", headers=headers).json()
         assert item["summary"] == expected[name], name
-    cells = [unescape(c) for c in re.findall(r'<td class="summary">([^<]*)</td>',
+    cells = [unescape(c) for c in re.findall(r'<td class="summary"[^>]*>([^<]*)</td>',
                                              console(queue, "approver").get("/console/approvals/").text)]
     assert cells == list(expected.values())
 
@@ -431,6 +431,21 @@ def test_each_filter_narrows_the_queue_and_its_count(filled, queue):
         assert live.status_code == 200, case
         assert live.json() == {"ids": [], "count": len(expected), "after_last": len(expected),
                                "before_first": 0}, case
+
+
+def test_a_queue_row_names_the_principal_in_words_and_the_detail_keeps_it_whole(filled, queue):
+    """Issue 34 §3: rows read "Principal-77 · tenant tenant-8", not raw JSON or hash fragments;
+    the approval's own page keeps the whole principal and the full hash."""
+    approver = console(queue, "approver")
+    page = approver.get("/console/approvals/", params={"app": "ops-b"})
+    assert page.status_code == 200
+    rows = re.search(r"<tbody>(.*?)</tbody>", page.text, re.DOTALL).group(1)
+    assert re.search(r'<span class="mono">Principal-77</span> · tenant <span class="mono">tenant-8</span>', rows)
+    assert '"id"' not in rows and "\\u0022" not in rows and "&#34;" not in rows
+    assert filled.hashes["D"][:12] not in rows
+    detail = approver.get(f"/console/approvals/{filled.ids['D']}")
+    assert detail.status_code == 200
+    assert filled.hashes["D"] in detail.text and "Principal-77" in detail.text and "tenant-8" in detail.text
 
 
 def test_load_more_and_row_links_keep_the_filter(filled, queue, monkeypatch):

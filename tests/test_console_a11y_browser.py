@@ -125,6 +125,6 @@ def test_error_pages_pass_axe_signed_out_and_for_a_role_without_permission(hub, 
     view.sign_in(support)
     visit(view, "/console/approvals/", "Not allowed", status=403)
     view.page.get_by_role("link", name="Back to the console").click()
-    expect(view.page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
+    expect(view.page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
     assert_fingerprinted(asked)
     view.watch.assert_clean()

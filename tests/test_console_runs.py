@@ -34,7 +34,7 @@ def run_rows(html: str) -> list[str]:
 
 
 def matched(html: str) -> list[str]:
-    return [unescape(m) for m in re.findall(r'<td class="matched">([^<]*)</td>', html)]
+    return [unescape(m) for m in re.findall(r'<td class="matched"[^>]*>([^<]*)</td>', html)]
 
 
 def call_rows(html: str) -> list[tuple[str, str]]:

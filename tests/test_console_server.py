@@ -30,8 +30,9 @@ HOLDERS = {  # the permission matrix the issue states, written out rather than i
     "approvals:decide": {"admin", "approver"},
     "audit:read": {"admin", "auditor"},
 }
+# Each role lands where its work is (issue 34 §3): support on the runs, approvers on the queue.
 HOME = {"admin": "/console/conversations/", "auditor": "/console/conversations/",
-        "support": "/console/conversations/", "approver": "/console/approvals/"}
+        "support": "/console/runs/", "approver": "/console/approvals/"}
 GENERIC = "Wrong username or password."
 CSRF_REFUSED = "The form has expired or did not come from this console."
 
@@ -762,7 +763,7 @@ def test_html_in_messages_labels_ids_and_arguments_is_shown_as_text(world):
     assert world.run in pages["runs"].text
     # The queue's bounded summary shows the arguments as text. (The full snapshot is drawn in the
     # browser from its exact bytes, as text only: tests/test_console_snapshot_browser.py.)
-    queue_summary = re.search(r'<td class="summary">(.*?)</td>', pages["queue"].text, re.DOTALL).group(1)
+    queue_summary = re.search(r'<td class="summary"[^>]*>(.*?)</td>', pages["queue"].text, re.DOTALL).group(1)
     assert ESCAPED_SCRIPT in queue_summary and ESCAPED_IMG in queue_summary
 
 
@@ -879,6 +880,9 @@ def test_legacy_v1_members_are_marked_and_v2_members_show_their_binding(agent, s
     assert "legacy" not in new
     assert re.search(r"Operations\s*<span class=\"muted\">\(ops-app\)</span> / desk", new)
     assert "user-42" in new and "tenant-7:user-42" in new  # frozen principal and on_behalf_of
+    # The principal in words (issue 34 §3), never as raw JSON.
+    assert re.search(r'<span class="mono">user-42</span> · tenant <span class="mono">tenant-7</span>', new)
+    assert '"id"' not in new and "\\u0022" not in new
 
 
 # ================================================================ export and the access log
@@ -946,8 +950,8 @@ def test_sensitive_reads_are_recorded_and_shown_to_an_auditor(world, sql):
     assert page.status_code == 200
     body = re.search(r"<tbody>(.*)</tbody>", page.text, re.DOTALL).group(1)
     # One group a read here (each differs from the one before in action or person), newest first.
-    shown = re.findall(r'<tr class="access-group">\s*<td><time[^>]*>[^<]*</time></td>\s*<td>([^<]*)</td>'
-                       r'<td>([^<]*)</td><td>([^<]*)</td><td class="access-target">.*?'
+    shown = re.findall(r'<tr class="access-group">\s*<td[^>]*><time[^>]*>[^<]*</time></td>\s*<td[^>]*>([^<]*)</td>'
+                       r'<td[^>]*>([^<]*)</td><td[^>]*>([^<]*)</td><td class="access-target"[^>]*>.*?'
                        r'<code class="small">([^<]*)</code></td>', body, re.DOTALL)
     assert shown == [(u, "console", a, t) for u, a, t, _ in reversed(rows)]  # newest first
     assert approver.get("/console/access-log").status_code == 403
@@ -992,7 +996,7 @@ def test_queue_of_fifty_1_mib_snapshots_stays_small(fifty, server):
     assert "TAIL-" not in queue.text and BIG_FILL * 30 not in queue.text
     listed = re.findall(r'<tr data-href="/console/approvals/([0-9a-f-]{36})"', queue.text)
     assert sorted(listed) == sorted(p["approval"]["id"] for p in fifty)
-    assert queue.text.count(" KiB<br>") == 50  # each row: the snapshot's size, not its body
+    assert queue.text.count(" KiB</td>") == 50  # each row: the snapshot's size, not its body
     assert _pending_count(browser) == 50
 
     detail = browser.get(f"/console/approvals/{listed[0]}")

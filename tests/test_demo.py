@@ -88,6 +88,9 @@ def test_the_demo_makes_every_situation(seeded, admin_api):
     assert len(archives) == 3
     long = archives[summary["long_archive"]]
     assert long["last_sequence"] == LONG_ARCHIVE_EVENTS and long["turn_count"] == LONG_ARCHIVE_EVENTS // 4
+    # A v2 archive, its binding per member: the README's tour names only the credit review as v1.
+    long_members = admin_api(f"/admin/api/conversation-audits/{summary['long_archive']}?limit=1")["members"]
+    assert [(m["client_app_id"], m["route_key"]) for m in long_members] == [("crm-demo", "customers")]
 
     v1 = admin_api(f"/admin/api/conversation-audits/{summary['v1_archive']}")
     assert len(v1["members"]) == 2 and all(m["confirmed"] for m in v1["members"])

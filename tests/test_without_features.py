@@ -295,6 +295,11 @@ def test_the_console_works_and_says_the_audit_is_not_installed(server, cli, conf
         assert page.status_code == 503, path
         assert "Conversation audit is not installed" in page.text
         assert "bailing-admin db upgrade --with conversation-audit" in page.text
+    # Without conversations, each role still lands where its work is (issue 34 §3).
+    for role, home in (("admin", "/console/runs/"), ("auditor", "/console/access-log"),
+                       ("support", "/console/runs/"), ("approver", "/console/approvals/")):
+        landed = signed_in(server.url, make_admin(cli, f"{role}-home", role)).get("/console/")
+        assert landed.status_code == 302 and landed.headers["Location"].endswith(home), role
 
 
 def test_the_runtime_and_the_tools_work_without_the_audit(server, cli, governed, business, sql):

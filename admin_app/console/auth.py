@@ -87,11 +87,18 @@ def logout():
 def home():
     if not current_user.is_authenticated:
         return redirect(url_for("console_auth.login"))
+    # Each role lands where its work is: support on the runs (agents' calls), approvers on the
+    # queue, auditors and admins on the conversations (the access log or the runs on a hub that
+    # went without the conversation audit).
+    if current_user.can("runs:read") and not current_user.can("audit:read"):
+        return redirect(url_for("console_runs.index"))
     if current_user.can("runs:read"):
-        # A hub that went without the conversation audit opens on its runs.
         with database().session() as db:
             archives = probe(db).archives
-        return redirect(url_for("console_conversations.index" if archives else "console_runs.index"))
+        if archives:
+            return redirect(url_for("console_conversations.index"))
+        return redirect(url_for("console_runs.index" if current_user.can("approvals:read")
+                                else "console_access_log.index"))
     if current_user.can("approvals:read"):
         return redirect(url_for("console_approvals.queue"))
     if current_user.can("admins:manage"):

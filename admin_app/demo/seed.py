@@ -335,10 +335,13 @@ class Seeder:
         return {"near_budget": notes["task_id"], "paused": stock["task_id"], "cancelled": review["task_id"]}
 
     def long_archive(self) -> str:
-        """One archive of exactly 20,000 events: 5,000 short turns of a long shift."""
-        archive = self.agents["crm-alice"].create_archive(
-            "customers", client_archive_id=demo_uuid("archive-long-shift"), client_conversation_id="long-shift",
-            member_session_ids=[self.session_id("crm-alice")])
+        """One archive of exactly 20,000 events: 5,000 short turns of a long shift. A v2 archive of
+        one member, as archives are made now: the credit review is the demo's one legacy v1 archive
+        (the README's tour says so). Its id differs from the v1 archive of earlier demos, whose
+        frozen input a v2 create under the same id would conflict with."""
+        archive = self.agents["crm-alice"].create_cross_archive(
+            "customers", client_archive_id=demo_uuid("archive-long-shift-v2"), client_conversation_id="long-shift",
+            others=[])
         events = []
         for n in range(LONG_ARCHIVE_EVENTS // 4):
             turn, base = f"shift-{n + 1}", n * 4

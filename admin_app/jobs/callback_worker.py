@@ -31,7 +31,7 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from ..background import ProcessThread, next_pause
+from ..background import ProcessThread, next_pause, wait_for_schema
 from ..config import Settings
 from ..db import Database
 from ..identity import clients
@@ -299,6 +299,8 @@ class CallbackWorker:
     def _run(self) -> None:
         stop, poll = self.runner.stop_event, self.settings.job_callback_poll_seconds
         pause = poll
+        if not wait_for_schema(self.database, self.settings.sql_dir, stop, "job callbacks", poll):
+            return
         while not stop.is_set():
             seen = callbacks.BELL.count  # before the pass: a ring during it is not missed
             pause = next_pause(lambda: deliver_due(self.database, self.settings, self.secret_key(), stop),

@@ -31,7 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from .. import limits
-from ..background import ProcessThread, next_pause
+from ..background import ProcessThread, next_pause, wait_for_schema
 from ..config import Settings
 from ..db import Database
 from . import request, senders
@@ -255,6 +255,10 @@ class DeliveryWorker:
 
     def _run(self) -> None:
         stop, pause = self.runner.stop_event, self.poll_seconds
+        # A fresh hub serves while its schema is applied: the outbox is read once it is there.
+        if not wait_for_schema(self.database, self.settings.sql_dir, stop, "notification deliveries",
+                               self.poll_seconds):
+            return
         while not stop.is_set():
             seen = BELL.count  # before the pass: a ring during it is not missed
             pause = next_pause(lambda: deliver_due(self.database, self.settings, stop), "notification deliveries",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..background import ProcessThread, next_pause
+from ..background import ProcessThread, next_pause, wait_for_schema
 from ..db import Database
 from .refresh import refresh_due
 
@@ -38,6 +38,9 @@ class SpecRefreshWorker:
 
     def _run(self) -> None:
         stop, pause = self.runner.stop_event, self.pass_seconds
+        if not wait_for_schema(self.database, self.database.settings.sql_dir, stop, "spec auto refresh",
+                               self.pass_seconds):
+            return
         while not stop.is_set():
             pause = next_pause(lambda: refresh_due(self.database, stop), "spec auto refresh", pause,
                                self.pass_seconds, ERROR_PAUSE_MAX_SECONDS)

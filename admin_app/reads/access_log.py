@@ -126,6 +126,33 @@ def _names(alias: str, archives: bool) -> tuple[str, str]:
     return columns, joins
 
 
+# Merged sequence ranges a grouped row names; the rest are counted ("and N more ranges").
+RANGES_SHOWN = 5
+
+
+def _ranges(filters: Filters) -> str:
+    """SQL for a LATERAL over head `h` and tail `t`: the sequences the group read, as ranges merged
+    where they overlap or touch (1-200 and 201-400 are 1-400), counted, the first RANGES_SHOWN of
+    them as two arrays (firsts, lasts). Gaps and islands: a range starts an island when it begins
+    after every range before it ends."""
+    where, _ = filters.sql("m")
+    return f"""
+        SELECT count(*) AS range_count,
+               (array_agg(lo ORDER BY lo))[1:{RANGES_SHOWN}] AS range_firsts,
+               (array_agg(hi ORDER BY lo))[1:{RANGES_SHOWN}] AS range_lasts
+        FROM (SELECT min(lo) AS lo, max(hi) AS hi
+              FROM (SELECT lo, hi, sum(starts) OVER (ORDER BY lo, hi) AS island
+                    FROM (SELECT lo, hi,
+                                 CASE WHEN lo <= max(hi) OVER (ORDER BY lo, hi ROWS BETWEEN UNBOUNDED PRECEDING
+                                                               AND 1 PRECEDING) + 1 THEN 0 ELSE 1 END AS starts
+                          FROM (SELECT DISTINCT m.first_sequence AS lo, m.last_sequence AS hi
+                                FROM bz_access_log m
+                                WHERE m.username = h.username AND {where} AND (m.at, m.id) <= (h.at, h.id)
+                                  AND (m.at, m.id) > (coalesce(t.at, '-infinity'), coalesce(t.id, 0))
+                                  AND m.first_sequence IS NOT NULL AND m.last_sequence IS NOT NULL) d) x) y
+              GROUP BY island) z"""  # noqa: S608 - constant fragments, bound values
+
+
 def groups(db: Session, filters: Filters, after: LogKey | None, limit: int,
            archives: bool) -> tuple[list[Row[Any]], LogKey | None]:
     """`limit` groups whose head is older than `after`, newest first; and the key to continue from."""
@@ -149,7 +176,8 @@ def groups(db: Session, filters: Filters, after: LogKey | None, limit: int,
                   WHERE {_continues("n", "l")})
             ORDER BY l.at DESC, l.id DESC
             LIMIT :limit)
-        SELECT h.*, g.reads, g.first_at, g.first_sequence, g.last_sequence, {columns}
+        SELECT h.*, g.reads, g.first_at, g.first_sequence, g.last_sequence,
+               s.range_count, s.range_firsts, s.range_lasts, {columns}
         FROM heads h
         LEFT JOIN LATERAL ({tail}) t ON TRUE
         CROSS JOIN LATERAL (
@@ -158,6 +186,7 @@ def groups(db: Session, filters: Filters, after: LogKey | None, limit: int,
             FROM bz_access_log m
             WHERE m.username = h.username AND {filters.sql("m")[0]} AND (m.at, m.id) <= (h.at, h.id)
               AND (m.at, m.id) > (coalesce(t.at, '-infinity'), coalesce(t.id, 0))) g
+        CROSS JOIN LATERAL ({_ranges(filters)}) s
         {joins}
         ORDER BY h.at DESC, h.id DESC"""), params))  # noqa: S608 - constant fragments, bound values
     if len(rows) <= limit:
