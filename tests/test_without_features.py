@@ -26,7 +26,7 @@ CROSS = "cross-binding"
 ADMIN = "/admin/api/conversation-audits"
 CAPABILITIES = f"{AUDITS}/capabilities"
 AUDIT_FILES = ["057_agent_conversation_audit.sql", "058_agent_conversation_member_bindings.sql",
-               "065_console_search.sql", "070_scale_indexes.sql"]
+               "065_console_search.sql", "070_scale_indexes.sql", "085_evidence_messages.sql"]
 BINDING_FILE = "058_agent_conversation_member_bindings.sql"
 EVERY_FILE = sorted(p.name for p in SQL_DIR.glob("*.sql"))
 ARCHIVE_TABLES = ("bz_agent_conversation_archives", "bz_agent_conversation_members",
