@@ -52,6 +52,18 @@ class ProcessThread:
             self.thread.join(timeout)
 
 
+def interval_from(env: str, raw: str | None, default: float) -> float:
+    """A worker's interval setting: unset or empty is `default`, a number at or below 0 is off
+    (0.0); anything else unreadable stops the start, naming the setting."""
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SystemExit(f"{env} must be a number of seconds, got {raw!r}") from None
+    return value if value > 0 else 0.0
+
+
 def next_pause(run_pass: Callable[[], object], what: str, pause: float, normal: float,
                longest: float) -> float:
     """Run one pass and return the wait before the next: `normal` after a success, doubled up to

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..background import ProcessThread, next_pause
+from ..background import ProcessThread, interval_from, next_pause
 from ..db import Database
 from .heads import make_head_if_grown
 
@@ -17,14 +17,8 @@ LONGEST_PAUSE_SECONDS = 3600.0
 
 
 def seconds_from(raw: str | None) -> float:
-    """Unset or empty: the default; a number below or at 0 (or unreadable): off."""
-    if raw is None or raw.strip() == "":
-        return DEFAULT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SystemExit(f"{ENV} must be a number of seconds, got {raw!r}") from None
-    return value if value > 0 else 0.0
+    """Unset or empty: the default; at or below 0: off; unreadable stops the start."""
+    return interval_from(ENV, raw, DEFAULT_SECONDS)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..background import ProcessThread, next_pause
+from ..background import ProcessThread, interval_from, next_pause
 from ..db import Database
 from .verifier import run_pass
 
@@ -18,14 +18,8 @@ EXTENSION = "bailing.evidence_verifier"
 
 
 def seconds_from(raw: str | None) -> float:
-    """Unset or empty: the default; a number at or below 0: off."""
-    if raw is None or raw.strip() == "":
-        return DEFAULT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SystemExit(f"{ENV} must be a number of seconds, got {raw!r}") from None
-    return value if value > 0 else 0.0
+    """Unset or empty: the default; at or below 0: off; unreadable stops the start."""
+    return interval_from(ENV, raw, DEFAULT_SECONDS)
 
 
 @dataclass
