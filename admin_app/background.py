@@ -80,6 +80,12 @@ def next_pause(run_pass: Callable[[], object], what: str, pause: float, normal: 
     return min(pause * 2, longest)
 
 
+# (database URL, migrations folder) seen with nothing pending by a worker of this process: a
+# migration is never undone, so the others need not ask again (each asks with a connection of its
+# own and reads every migration file).
+_SCHEMA_READY: set[tuple[str, Path]] = set()
+
+
 def wait_for_schema(database: Database, sql_dir: Path, stop: threading.Event, what: str,
                     longest: float) -> bool:
     """Before a worker's first pass: wait while migrations are pending, as they are while a fresh
@@ -88,6 +94,8 @@ def wait_for_schema(database: Database, sql_dir: Path, stop: threading.Event, wh
     migration folder, is a warning (once). True once nothing is pending; False when stopped.
     Checked only at the start: a table missing later is a real failure, which `next_pause` reports."""
     pause, said, warned = min(SCHEMA_POLL_FIRST_SECONDS, longest), False, False
+    if (database.url(), sql_dir) in _SCHEMA_READY:  # another worker of this process saw it complete
+        return True
     while not stop.is_set():
         try:
             state = database.reviving(lambda conninfo: migrations.status(conninfo, sql_dir))
@@ -97,6 +105,7 @@ def wait_for_schema(database: Database, sql_dir: Path, stop: threading.Event, wh
                 warned = True
         else:
             if not state.pending:
+                _SCHEMA_READY.add((database.url(), sql_dir))
                 return True
             if not said:
                 log.info("%s wait for the schema: %d migrations pending (bailing-admin db upgrade)",
